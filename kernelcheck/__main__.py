@@ -1,0 +1,3 @@
+from kernelcheck.cli import entry
+
+entry()

@@ -1,0 +1,223 @@
+"""The library API: plan a run, execute it, list what exists, diagnose the machine.
+
+The CLI, the tests and the pytest plugin all call these functions; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelcheck import candidates, dtypes
+from kernelcheck.candidates import devices
+from kernelcheck.cases.grid import Case, parse_shard, shard
+from kernelcheck.cases.inputs import DISTRIBUTIONS
+from kernelcheck.checks import CHECKS, GRAD_CHECKS
+from kernelcheck.errors import UsageError
+from kernelcheck.results import CheckResult, Report, environment
+from kernelcheck.runner.case import RunOptions, run_case
+from kernelcheck.spec.load import Catalog, load_catalog, resolve_shape
+from kernelcheck.spec.model import OpSpec
+
+
+@dataclass
+class Plan:
+    """A validated run: the op, the device, the cases and what could not run here."""
+
+    op: OpSpec
+    device: str
+    cases: list[Case]
+    options: RunOptions
+    unavailable: dict[str, str] = field(default_factory=dict)
+    shard: tuple[int, int] | None = None
+
+
+def _split(values: Iterable[str] | str | None) -> list[str]:
+    if values is None:
+        return []
+    if isinstance(values, str):
+        values = [values]
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def resolve_device(name: str) -> str:
+    if name == "auto":
+        return devices.pick_auto()
+    if name not in devices.DEVICES:
+        raise UsageError(f"unknown device {name!r}; valid: auto, {', '.join(devices.DEVICES)}")
+    status = devices.status(name)
+    if not status.available:
+        raise UsageError(f"device {name} is not available here: {status.reason}")
+    return name
+
+
+def plan(
+    catalog: Catalog,
+    op: str,
+    candidate_names: Iterable[str] | None = None,
+    device: str = "auto",
+    dtype_names: Iterable[str] | str | None = None,
+    shape: dict[str, int] | None = None,
+    check_names: Iterable[str] | str | None = None,
+    check_grad: bool = True,
+    seeds: list[int] | None = None,
+    distributions: Iterable[str] | str | None = None,
+    shard_spec: str | None = None,
+) -> Plan:
+    """Validate every choice before anything runs; raise :class:`UsageError` with the fix."""
+    spec = catalog.op(op)
+    wanted = _split(candidate_names)
+    for name in wanted:
+        if name not in spec.candidates:
+            raise UsageError(
+                f"unknown candidate {name!r} for op {op}; valid: {', '.join(spec.candidates)}"
+            )
+    dts = []
+    for d in _split(dtype_names) or list(spec.grid.dtypes):
+        short = dtypes.canonical(d)
+        if short is None:
+            raise UsageError(f"unknown dtype {d!r}; valid: fp32, bf16, fp16")
+        dts.append(short)
+    checks = _split(check_names) or [
+        n for n in CHECKS if spec.checks.get(n) is None or spec.checks[n].enabled
+    ]
+    for c in checks:
+        if c not in CHECKS:
+            raise UsageError(f"unknown check {c!r}; valid: {', '.join(CHECKS)}")
+    if not check_grad and _split(check_names):
+        checks = [c for c in checks if c not in GRAD_CHECKS] or checks
+    dists = _split(distributions) or list(spec.grid.distributions)
+    for d in dists:
+        if d not in DISTRIBUTIONS:
+            raise UsageError(f"unknown distribution {d!r}; valid: {', '.join(DISTRIBUTIONS)}")
+    if shape:
+        shapes = [resolve_shape(shape, spec.dims, _shape_error)]
+    else:
+        shapes = list(spec.grid.shapes)
+    seed_list = list(seeds) if seeds else list(spec.grid.seeds)
+    shard_kn = None
+    if shard_spec:
+        try:
+            shard_kn = parse_shard(shard_spec)
+        except ValueError as exc:
+            raise UsageError(f"--shard: {exc}") from None
+
+    dev = resolve_device(device)
+    unavailable: dict[str, str] = {}
+    runnable = []
+    for name, cand in spec.candidates.items():
+        if wanted and name not in wanted:
+            continue
+        reason = candidates.probe(cand, dev)
+        if reason is None:
+            runnable.append(name)
+        elif wanted:
+            raise UsageError(f"candidate {name} cannot run on {dev}: {reason}")
+        else:
+            unavailable[name] = reason
+    cases = [
+        Case(spec.name, c, dev, d, tuple(s.items()), tuple(seed_list), tuple(dists), tuple(checks))
+        for c, d, s in itertools.product(runnable, dts, shapes)
+    ]
+    if shard_kn:
+        cases = shard(cases, *shard_kn)
+    options = RunOptions(check_grad=check_grad, user_specs=catalog.user_specs)
+    return Plan(spec, dev, cases, options, unavailable, shard_kn)
+
+
+def _shape_error(key: str, msg: str) -> UsageError:
+    return UsageError(f"--{key}: {msg}" if key else msg)
+
+
+def execute(
+    plan: Plan,
+    on_result: Callable[[CheckResult, Report], None] | None = None,
+    on_case: Callable[[Case, int, int], None] | None = None,
+) -> Report:
+    """Run the plan; ``on_result`` sees each result as it completes (streaming reports)."""
+    import time
+
+    report = Report(plan.op.name, plan.op.version, plan.device, environment=environment())
+    report.unavailable = dict(plan.unavailable)
+    if plan.shard:
+        report.extra["shard"] = f"{plan.shard[0]}/{plan.shard[1]}"
+    pending = [c.id for c in plan.cases]
+    report.not_run = list(pending)
+    for i, case in enumerate(plan.cases):
+        if on_case:
+            on_case(case, i, len(plan.cases))
+        for res in run_case(plan.op, case, plan.options):
+            report.results.append(res)
+            if on_result:
+                on_result(res, report)
+        report.not_run.remove(case.id)
+    report.finished = time.time()
+    return report
+
+
+def run(catalog: Catalog, op: str, **kwargs) -> Report:
+    """Plan and execute in one call (what the tests and the pytest plugin use)."""
+    return execute(plan(catalog, op, **kwargs))
+
+
+def describe(catalog: Catalog) -> dict:
+    """Ops, candidates (can each run here, and if not, why) and checks."""
+    out = {
+        "ops": {},
+        "checks": {n: c.summary for n, c in CHECKS.items()},
+        "distributions": DISTRIBUTIONS,
+    }
+    for name, op in catalog.ops.items():
+        cands = {}
+        for cname, cand in op.candidates.items():
+            cands[cname] = {
+                "callable": cand.callable,
+                "devices": list(cand.devices),
+                "source": str(cand.source),
+                "runs_here": {d: candidates.probe(cand, d) or "yes" for d in cand.devices},
+            }
+        out["ops"][name] = {
+            "description": op.description,
+            "source": str(op.source),
+            "dtypes": list(op.grid.dtypes),
+            "shapes": [dict(s) for s in op.grid.shapes],
+            "candidates": cands,
+        }
+    return out
+
+
+def doctor() -> dict:
+    """torch, the devices with reasons, native libraries, the NPU stack."""
+    import torch
+
+    from kernelcheck.candidates import ascend
+    from kernelcheck.candidates.native.library import library_status
+
+    devs = {}
+    for name, st in devices.all_status().items():
+        devs[name] = {"available": st.available, "reason": st.reason, **st.detail}
+    home, has_cann = devices.cann_home()
+    return {
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "devices": devs,
+        "native_libraries": {
+            "cpu": library_status("cpu"),
+            "cuda": library_status("cuda"),
+            "ascend": ascend.library_status(),
+        },
+        "npu_stack": {
+            "torch_npu": devices.import_torch_npu() or "importable",
+            "cann_home": str(home),
+            "cann_found": has_cann,
+        },
+    }
+
+
+__all__ = ["Plan", "describe", "doctor", "execute", "load_catalog", "plan", "run"]
+
+
+def spec_paths(values: Iterable[str] | None) -> list[Path]:
+    return [Path(v) for v in values or []]

@@ -1,0 +1,220 @@
+"""Find and load the native kernel libraries (``libkc_logp_<backend>``) through ctypes.
+
+Search order, first hit wins:
+
+1. every folder in the ``KERNELCHECK_NATIVE_DIR`` environment variable (``os.pathsep`` list);
+2. ``_native`` beside the imported ``kernelcheck`` package (a regular install);
+3. ``<entry>/kernelcheck/_native`` for every ``sys.path`` entry (scikit-build-core editable
+   installs put the libraries there);
+4. ``<repo>/build/**`` (plain ``cmake -S . -B build`` builds; newest file wins).
+
+Nothing is loaded at import time: :func:`load` and :func:`library_status` do the work.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from pathlib import Path
+
+ENV_DIR = "KERNELCHECK_NATIVE_DIR"
+BACKENDS = ("cpu", "cuda")
+ABI_VERSION = 1
+
+# enum kc_dtype
+KC_FLOAT32 = 0
+KC_BFLOAT16 = 1
+KC_FLOAT16 = 2
+# enum kc_status
+KC_OK = 0
+
+_REPO_ROOT = Path(__file__).resolve().parents[3]
+_lock = threading.Lock()
+_loaded: dict[Path, ctypes.CDLL] = {}
+
+
+class NativeLibraryError(RuntimeError):
+    """A native library cannot be found, loaded or used here; the message says why."""
+
+
+def library_filename(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown native backend {backend!r} (expected one of {BACKENDS})")
+    if sys.platform == "win32":
+        return f"kc_logp_{backend}.dll"
+    if sys.platform == "darwin":
+        return f"libkc_logp_{backend}.dylib"
+    return f"libkc_logp_{backend}.so"
+
+
+def search_dirs() -> list[Path]:
+    """Folders searched directly, in order (the ``<repo>/build/**`` glob comes after them)."""
+    dirs: list[Path] = []
+    for entry in os.environ.get(ENV_DIR, "").split(os.pathsep):
+        if entry:
+            dirs.append(Path(entry))
+    try:
+        import kernelcheck
+
+        if getattr(kernelcheck, "__file__", None):
+            dirs.append(Path(kernelcheck.__file__).parent / "_native")
+    except ImportError:  # pragma: no cover - this module lives inside kernelcheck
+        pass
+    for entry in sys.path:
+        dirs.append(Path(entry or ".") / "kernelcheck" / "_native")
+    unique: list[Path] = []
+    for d in dirs:
+        if d not in unique:
+            unique.append(d)
+    return unique
+
+
+def find_library(backend: str) -> tuple[Path | None, list[str]]:
+    """``(path or None, places looked)`` for ``backend``'s library."""
+    name = library_filename(backend)
+    looked: list[str] = []
+    for d in search_dirs():
+        looked.append(str(d))
+        candidate = d / name
+        if candidate.is_file():
+            return candidate, looked
+    build = _REPO_ROOT / "build"
+    looked.append(f"{build}/**")
+    if build.is_dir():
+        hits = [p for p in build.rglob(name) if p.is_file()]
+        if hits:
+            return max(hits, key=lambda p: p.stat().st_mtime), looked
+    return None, looked
+
+
+def _declare(lib: ctypes.CDLL, backend: str) -> None:
+    c_i64, c_int, c_vp = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+    lib.kc_abi_version.restype = c_int
+    lib.kc_abi_version.argtypes = []
+    lib.kc_backend_name.restype = ctypes.c_char_p
+    lib.kc_backend_name.argtypes = []
+    lib.kc_status_string.restype = ctypes.c_char_p
+    lib.kc_status_string.argtypes = [c_int]
+    lib.kc_logp_forward.restype = c_int
+    lib.kc_logp_forward.argtypes = [c_int, c_vp, c_vp, c_vp, c_i64, c_i64, c_i64, c_vp]
+    lib.kc_logp_backward.restype = c_int
+    lib.kc_logp_backward.argtypes = [c_int, c_vp, c_vp, c_vp, c_vp, c_i64, c_i64, c_i64, c_vp]
+    lib.kc_set_num_threads.restype = c_int
+    lib.kc_set_num_threads.argtypes = [c_int]
+    if backend == "cuda":
+        lib.kc_cuda_device_count.restype = c_int
+        lib.kc_cuda_device_count.argtypes = []
+
+
+def load(backend: str) -> ctypes.CDLL:
+    """Load (once per path) and return the library; raises :class:`NativeLibraryError`."""
+    path, looked = find_library(backend)
+    if path is None:
+        raise NativeLibraryError(
+            f"{library_filename(backend)} not built (looked in {', '.join(looked)})"
+        )
+    path = path.resolve()
+    with _lock:
+        lib = _loaded.get(path)
+        if lib is not None:
+            return lib
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as exc:
+            raise NativeLibraryError(f"cannot load {path}: {exc}") from exc
+        try:
+            _declare(lib, backend)
+        except AttributeError as exc:
+            raise NativeLibraryError(f"{path} lacks an expected symbol: {exc}") from exc
+        version = lib.kc_abi_version()
+        if version != ABI_VERSION:
+            raise NativeLibraryError(f"{path} has ABI version {version}, expected {ABI_VERSION}")
+        name = lib.kc_backend_name().decode()
+        if name != backend:
+            raise NativeLibraryError(f"{path} reports backend {name!r}, expected {backend!r}")
+        _loaded[path] = lib
+        return lib
+
+
+def status_string(lib: ctypes.CDLL, status: int) -> str:
+    return lib.kc_status_string(status).decode(errors="replace")
+
+
+def _cpu_missing_features() -> list[str]:
+    """x86 features the CPU library was compiled for that this CPU lacks (Linux only)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            return [f for f in ("avx2", "fma", "f16c") if f not in flags]
+    return []
+
+
+def _cuda_driver_loadable() -> bool:
+    if sys.platform != "linux":
+        return True  # let cudaGetDeviceCount decide
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def library_status(backend: str) -> dict:
+    """``dict(status=..., path=..., reason=..., detail=...)``.
+
+    status: ``"available"`` (built, loadable, can run here), ``"built"`` (built but cannot run
+    here; ``reason`` says why) or ``"missing"`` (not built; ``reason`` says where it looked).
+    ``detail`` is a short machine-readable cause: ``not-built``, ``load-failed``, ``cpu-isa``,
+    ``no-driver``, ``driver-error``, ``no-gpu`` or ``None``.
+    """
+    path, looked = find_library(backend)
+    if path is None:
+        return {
+            "status": "missing",
+            "path": None,
+            "reason": f"{library_filename(backend)} not built (looked in {', '.join(looked)})",
+            "detail": "not-built",
+        }
+    try:
+        lib = load(backend)
+    except NativeLibraryError as exc:
+        return {"status": "built", "path": str(path), "reason": str(exc), "detail": "load-failed"}
+    if backend == "cpu":
+        missing = _cpu_missing_features()
+        if missing:
+            return {
+                "status": "built",
+                "path": str(path),
+                "reason": f"CPU lacks {', '.join(missing)} (library needs AVX2, FMA, F16C)",
+                "detail": "cpu-isa",
+            }
+        return {"status": "available", "path": str(path), "reason": None, "detail": None}
+    if not _cuda_driver_loadable():
+        return {
+            "status": "built",
+            "path": str(path),
+            "reason": "CUDA driver not found: libcuda.so.1 missing",
+            "detail": "no-driver",
+        }
+    count = lib.kc_cuda_device_count()
+    if count < 0:
+        return {
+            "status": "built",
+            "path": str(path),
+            "reason": f"CUDA driver error: {status_string(lib, 5)}",
+            "detail": "driver-error",
+        }
+    if count == 0:
+        return {
+            "status": "built",
+            "path": str(path),
+            "reason": "no CUDA GPU visible",
+            "detail": "no-gpu",
+        }
+    return {"status": "available", "path": str(path), "reason": None, "detail": None}

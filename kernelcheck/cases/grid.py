@@ -1,0 +1,70 @@
+"""Stage 2a: expand an op's grid into cases, name them, and split them into shards."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from kernelcheck.spec.model import OpSpec
+
+
+@dataclass(frozen=True)
+class Case:
+    """One candidate on one device at one dtype and shape; checks run per case."""
+
+    op: str
+    candidate: str
+    device: str
+    dtype: str
+    shape: tuple[tuple[str, int], ...]
+    seeds: tuple[int, ...]
+    distributions: tuple[str, ...]
+    checks: tuple[str, ...] = field(default=())
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return dict(self.shape)
+
+    @property
+    def shape_str(self) -> str:
+        return "x".join(str(v) for _, v in self.shape)
+
+    @property
+    def id(self) -> str:
+        """Stable and readable: ``torch-bf16-2x16x257``."""
+        return f"{self.candidate}-{self.dtype}-{self.shape_str}"
+
+
+def lead_shape(op: OpSpec, sizes: dict[str, int]) -> tuple[int, ...]:
+    """The lead sizes present in this shape (an optional lead dim may be absent)."""
+    return tuple(sizes[d] for d in op.lead if d in sizes)
+
+
+def rows(op: OpSpec, sizes: dict[str, int]) -> int:
+    return math.prod(lead_shape(op, sizes))
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/4"`` -> (2, 4); 1-based, K in 1..N."""
+    try:
+        k, n = (int(p) for p in text.split("/"))
+    except ValueError:
+        raise ValueError(f"expected K/N with integers, e.g. 1/4, got {text!r}") from None
+    if n < 1 or not 1 <= k <= n:
+        raise ValueError(f"expected 1 <= K <= N, got {text!r}")
+    return k, n
+
+
+def shard(cases: list[Case], k: int, n: int) -> list[Case]:
+    """A deterministic, balanced share: cases sorted by cost, dealt round-robin.
+
+    Dealing the costliest first keeps the shards' work close, and the N shards together
+    hold every case exactly once.
+    """
+    order = sorted(cases, key=lambda c: (-_cost(c), c.op, c.id))
+    mine = {id(c) for i, c in enumerate(order) if i % n == k - 1}
+    return [c for c in cases if id(c) in mine]
+
+
+def _cost(case: Case) -> int:
+    return math.prod(v for _, v in case.shape) * len(case.seeds) * len(case.distributions)

@@ -1,0 +1,29 @@
+"""Stage 4: the checks. Each one judges one property and returns an Outcome; none prints.
+
+The names are part of the interface (spec tables, ``--checks``, JSON, JUnit).
+"""
+
+from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
+from kernelcheck.checks.base import CandidateFault, CaseContext, Check, Outcome, Trial
+from kernelcheck.checks.contract import Contract
+from kernelcheck.checks.determinism import Determinism
+from kernelcheck.checks.integrity import Integrity
+from kernelcheck.checks.invariance import BackwardInvariance, ForwardInvariance
+from kernelcheck.checks.precision import ForwardPrecision
+
+CHECKS: dict[str, type[Check]] = {
+    c.name: c
+    for c in (
+        ForwardAccuracy,
+        ForwardPrecision,
+        BackwardAccuracy,
+        ForwardInvariance,
+        BackwardInvariance,
+        Determinism,
+        Contract,
+        Integrity,
+    )
+}
+GRAD_CHECKS = tuple(name for name, c in CHECKS.items() if c.needs_grad)
+
+__all__ = ["CHECKS", "GRAD_CHECKS", "CandidateFault", "CaseContext", "Check", "Outcome", "Trial"]

@@ -1,0 +1,279 @@
+"""What every check sees: the case context, shared trials, and the outcome it returns.
+
+Checks are pure judges: they call the candidate through :class:`CaseContext`, compare,
+and return an :class:`Outcome`. They never print and never touch reports.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import ClassVar
+
+import torch
+
+from kernelcheck import dtypes, gold
+from kernelcheck.cases.grid import Case, lead_shape
+from kernelcheck.cases.inputs import make_inputs, make_upstream
+from kernelcheck.spec.model import OpSpec, Tolerance
+
+
+class CandidateFault(Exception):
+    """The candidate raised (or ran out of memory); the check's status is ``error``."""
+
+
+@dataclass
+class Outcome:
+    status: str  # pass | fail | error | skip
+    message: str = ""
+    metrics: dict = field(default_factory=dict)
+    tolerance: dict | None = None
+    seed: int | None = None
+    distribution: str | None = None
+
+
+@dataclass
+class CaseContext:
+    """Everything a check needs about one case, and the one way to call the candidate."""
+
+    op: OpSpec
+    case: Case
+    fn: Callable
+    gold_fn: Callable
+    reference_fn: Callable | None
+    device: torch.device
+    grad: bool  # backward checks requested and the candidate declares a backward
+    grad_reason: str = ""
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return self.case.sizes
+
+    @property
+    def lead(self) -> tuple[int, ...]:
+        return lead_shape(self.op, self.sizes)
+
+    def tolerance(self, judgment: str) -> Tolerance | None:
+        return self.op.tolerance(judgment, self.case.dtype)
+
+    def draw(self, seed: int, dist: str, lead: tuple[int, ...] | None = None, salt: str = ""):
+        return make_inputs(self.op, self.sizes, self.case.dtype, seed, dist, lead=lead, salt=salt)
+
+    def to_device(self, cpu_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Fresh device copies, so a candidate that writes its inputs spoils nothing else."""
+        return {k: v.to(self.device, copy=True) for k, v in cpu_inputs.items()}
+
+    def call(self, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Call the candidate as the gold is called: ``fn(**inputs)``; outputs as a list."""
+        try:
+            with torch.no_grad():
+                out = self.fn(**inputs)
+        except (torch.OutOfMemoryError, MemoryError) as exc:
+            raise CandidateFault(
+                f"out of memory: {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
+        except Exception as exc:
+            raise CandidateFault(
+                f"candidate raised {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
+        return self.outputs_list(out)
+
+    def call_backward(
+        self, inputs: dict[str, torch.Tensor], upstream: list[torch.Tensor]
+    ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        """Forward with grad, then ``autograd.grad`` w.r.t. the op's grad inputs."""
+        args = dict(inputs)
+        for name in self.op.grad_inputs:
+            args[name] = args[name].detach().requires_grad_(True)
+        try:
+            with torch.enable_grad():
+                outs = self.outputs_list(self.fn(**args))
+                wrt = [args[n] for n in self.op.grad_inputs]
+                grads = torch.autograd.grad(
+                    outs,
+                    wrt,
+                    [u.to(o.device, o.dtype) for u, o in zip(upstream, outs)],
+                    allow_unused=True,
+                )
+        except CandidateFault:
+            raise
+        except (torch.OutOfMemoryError, MemoryError) as exc:
+            raise CandidateFault(
+                f"out of memory: {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
+        except Exception as exc:
+            raise CandidateFault(
+                f"candidate backward raised {type(exc).__name__}: {_first_line(exc)}"
+            ) from None
+        result = {}
+        for name, g in zip(self.op.grad_inputs, grads):
+            if g is None:
+                raise CandidateFault(f"candidate backward gave no gradient for {name!r}")
+            result[name] = g.detach()
+        return [o.detach() for o in outs], result
+
+    def outputs_list(self, out) -> list[torch.Tensor]:
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        if len(outs) != len(self.op.outputs) or not all(isinstance(o, torch.Tensor) for o in outs):
+            got = ", ".join(type(o).__name__ for o in outs)
+            raise CandidateFault(
+                f"candidate returned ({got}); expected {len(self.op.outputs)} tensor(s) "
+                f"({', '.join(o.name for o in self.op.outputs)})"
+            )
+        return outs
+
+    def expected_dtype(self, index: int) -> torch.dtype:
+        spec = self.op.outputs[index].dtype
+        if spec.startswith("like:"):
+            inp = self.op.input(spec[5:])
+            return (
+                dtypes.torch_dtype(self.case.dtype)
+                if inp.dtype == "case"
+                else dtypes.FIXED_DTYPES[inp.dtype]
+            )
+        return dtypes.FIXED_DTYPES[spec]
+
+    def expected_shape(self, index: int, lead: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        out = self.op.outputs[index]
+        lead = self.lead if lead is None else lead
+        inner = [self.sizes[d] for d in out.shape[len(self.op.lead) :] if d in self.sizes]
+        if not self.op.is_row_wise(out):
+            return tuple(self.sizes[d] for d in out.shape if d in self.sizes)
+        return (*lead, *inner)
+
+    def upstream(self, seed: int, lead: tuple[int, ...] | None = None, salt: str = ""):
+        return [
+            make_upstream(self.expected_shape(i, lead), self.expected_dtype(i), seed, salt + str(i))
+            for i in range(len(self.op.outputs))
+        ]
+
+
+class Trial:
+    """One (seed, distribution) draw, with the candidate's and the gold's results cached.
+
+    Checks that judge the same call (accuracy, precision) share one candidate run.
+    """
+
+    def __init__(self, ctx: CaseContext, seed: int, distribution: str):
+        self.ctx = ctx
+        self.seed = seed
+        self.distribution = distribution
+
+    @cached_property
+    def cpu_inputs(self) -> dict[str, torch.Tensor]:
+        return self.ctx.draw(self.seed, self.distribution)
+
+    def _cached(self, name: str, make):
+        # A candidate fault is cached too: every check that needs the call reports it.
+        key = f"_{name}"
+        if key not in self.__dict__:
+            try:
+                self.__dict__[key] = ("ok", make())
+            except CandidateFault as exc:
+                self.__dict__[key] = ("fault", exc)
+        kind, value = self.__dict__[key]
+        if kind == "fault":
+            raise value
+        return value
+
+    @property
+    def outputs(self) -> list[torch.Tensor]:
+        def run():
+            outs = self.ctx.call(self.ctx.to_device(self.cpu_inputs))
+            return [o.detach().cpu() for o in outs]
+
+        return self._cached("outputs", run)
+
+    @property
+    def gold(self) -> list[torch.Tensor]:
+        return self._cached(
+            "gold",
+            lambda: gold.forward(self.ctx.op, self.ctx.gold_fn, self.cpu_inputs, self.ctx.lead),
+        )
+
+    @property
+    def reference(self) -> list[torch.Tensor]:
+        def run():
+            with torch.no_grad():
+                return self.ctx.outputs_list(self.ctx.reference_fn(**self.cpu_inputs))
+
+        return self._cached("reference", run)
+
+    @cached_property
+    def upstream(self) -> list[torch.Tensor]:
+        return self.ctx.upstream(self.seed)
+
+    @property
+    def grads(self) -> dict[str, torch.Tensor]:
+        def run():
+            _, grads = self.ctx.call_backward(self.ctx.to_device(self.cpu_inputs), self.upstream)
+            return {k: v.cpu() for k, v in grads.items()}
+
+        return self._cached("grads", run)
+
+    def release(self) -> None:
+        """Drop the cached tensors (keeps seed and distribution for reporting)."""
+        for key in [k for k in self.__dict__ if k not in ("ctx", "seed", "distribution")]:
+            del self.__dict__[key]
+
+    def gold_grad_chunks(self):
+        ups = [u.to(torch.float64) for u in self.upstream]
+        return gold.backward_chunks(
+            self.ctx.op, self.ctx.gold_fn, self.cpu_inputs, ups, self.ctx.lead
+        )
+
+
+class Check:
+    """Base of every check: observe each trial, then give one outcome for the case."""
+
+    name: ClassVar[str] = ""
+    PARAMS: ClassVar[dict] = {}
+    needs_grad: ClassVar[bool] = False
+    summary: ClassVar[str] = ""
+
+    def __init__(self, ctx: CaseContext, params: dict | None = None):
+        self.ctx = ctx
+        self.params = {**self.PARAMS, **(params or {})}
+
+    def skip_reason(self) -> str | None:
+        """Why this check does not apply to this op/candidate (None: it applies)."""
+        if self.needs_grad and not self.ctx.grad:
+            return self.ctx.grad_reason or "backward checks are off"
+        return None
+
+    def trials_wanted(self, trials: list[Trial]) -> list[Trial]:
+        """Which trials this check observes; ``max_seeds`` limits it per distribution."""
+        limit = self.params.get("max_seeds")
+        if not limit:
+            return trials
+        seen: dict[str, int] = {}
+        out = []
+        for t in trials:
+            if seen.get(t.distribution, 0) < limit:
+                out.append(t)
+                seen[t.distribution] = seen.get(t.distribution, 0) + 1
+        return out
+
+    def observe(self, trial: Trial) -> None:
+        raise NotImplementedError
+
+    def outcome(self) -> Outcome:
+        raise NotImplementedError
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:500] if text else "(no message)"
+
+
+def flat_rows(t: torch.Tensor, nlead: int) -> torch.Tensor:
+    """``[*lead, *inner]`` -> ``[rows, *inner]``."""
+    return t.reshape(math.prod(t.shape[:nlead]), *t.shape[nlead:])
+
+
+def fmt_index(row: int, rest: tuple, lead: tuple[int, ...]) -> str:
+    from kernelcheck.checks.metrics import unravel
+
+    return str(list(unravel(row, lead) + tuple(rest)))

@@ -1,0 +1,162 @@
+"""``contract``: the interface promises of the op, checked exactly.
+
+Output dtype, shape and device; out-of-range indices give exactly the declared value
+(+0.0 for logp, compared as bits) and a zero gradient; empty input works; a
+non-contiguous input (row-padded and lead-strided views) gives the same bits as its
+contiguous copy.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernelcheck.checks.base import CandidateFault, Check, Outcome, Trial
+from kernelcheck.checks.metrics import bits, first_bit_difference
+from kernelcheck.spec.load import eval_dim_expr
+
+
+class Contract(Check):
+    name = "contract"
+    PARAMS = {"max_seeds": 1}
+    summary = "dtype, shape, out-of-range -> exact value, empty input, strided == contiguous bits"
+
+    def __init__(self, ctx, params=None):
+        super().__init__(ctx, params)
+        self.problems: list[str] = []
+        self.passed: list[str] = []
+        self.trial: Trial | None = None
+        self.done = False
+
+    def observe(self, trial: Trial) -> None:
+        if self.done:  # the contract is about the interface: one trial is enough
+            return
+        self.done, self.trial = True, trial
+        for part in (self._types, self._out_of_range, self._empty, self._strided):
+            try:
+                part(trial)
+            except CandidateFault as exc:
+                self.problems.append(f"{part.__name__.strip('_')}: {exc}")
+
+    def _types(self, trial: Trial) -> None:
+        outs = self.ctx.call(self.ctx.to_device(trial.cpu_inputs))
+        for i, o in enumerate(outs):
+            name = self.ctx.op.outputs[i].name
+            want_dtype, want_shape = self.ctx.expected_dtype(i), self.ctx.expected_shape(i)
+            if o.dtype != want_dtype:
+                self.problems.append(f"{name}: dtype {o.dtype} != expected {want_dtype}")
+            if tuple(o.shape) != want_shape:
+                self.problems.append(f"{name}: shape {tuple(o.shape)} != expected {want_shape}")
+            if o.device.type != self.ctx.device.type:
+                self.problems.append(f"{name}: on {o.device}, expected {self.ctx.device.type}")
+        self.passed.append("dtype/shape/device")
+
+    def _out_of_range(self, trial: Trial) -> None:
+        rule = self.ctx.op.out_of_range
+        if rule is None:
+            return
+        inputs = {k: v.clone() for k, v in trial.cpu_inputs.items()}
+        idx = inputs[rule.input].reshape(-1)
+        values = [eval_dim_expr(v, self.ctx.sizes) for v in rule.values]
+        rows = list(range(0, idx.numel(), 2))[: max(len(values), idx.numel() // 2)]
+        for j, r in enumerate(rows):
+            idx[r] = values[j % len(values)]
+        outs = self.ctx.call(self.ctx.to_device(inputs))
+        want = torch.tensor(rule.output, dtype=torch.float32)
+        before = len(self.problems)
+        for o in outs:
+            flat = o.detach().cpu().reshape(-1)
+            if flat.numel() != idx.numel():
+                continue  # the shape problem is reported by _types
+            got = flat[rows]
+            bad = bits(got.to(torch.float32)) != bits(want.expand_as(got))
+            if bool(bad.any()):
+                k = int(bad.nonzero()[0])
+                self.problems.append(
+                    f"{rule.input}={int(idx[rows[k]])} (out of range) gave {got[k].item()!r}, "
+                    f"expected exactly {rule.output!r}: "
+                    + first_bit_difference(got[k : k + 1].float(), want.view(1))
+                )
+        if self.ctx.grad:
+            _, grads = self.ctx.call_backward(self.ctx.to_device(inputs), trial.upstream)
+            for n, g in grads.items():
+                if not self.ctx.op.is_row_wise(self.ctx.op.input(n)):
+                    continue
+                g_rows = g.cpu().reshape(idx.numel(), -1)[rows]
+                if bool((g_rows != 0).any()):
+                    self.problems.append(f"gradient:{n} is not zero on out-of-range rows")
+        if len(self.problems) == before:
+            self.passed.append(f"out-of-range {rule.input} -> {rule.output}")
+
+    def _empty(self, trial: Trial) -> None:
+        if not self.ctx.op.lead:
+            return
+        lead = (0,) + self.ctx.lead[1:]
+        inputs = self.ctx.draw(trial.seed, trial.distribution, lead=lead, salt="empty")
+        outs = self.ctx.call(self.ctx.to_device(inputs))
+        before = len(self.problems)
+        for i, o in enumerate(outs):
+            want = self.ctx.expected_shape(i, lead)
+            if tuple(o.shape) != want or o.dtype != self.ctx.expected_dtype(i):
+                self.problems.append(
+                    f"empty input: got {tuple(o.shape)} {o.dtype}, "
+                    f"expected {want} {self.ctx.expected_dtype(i)}"
+                )
+        if self.ctx.grad:
+            self.ctx.call_backward(self.ctx.to_device(inputs), self.ctx.upstream(trial.seed, lead))
+        if len(self.problems) == before:
+            self.passed.append("empty input")
+
+    def _strided(self, trial: Trial) -> None:
+        op = self.ctx.op
+        row_wise = {i.name: op.is_row_wise(i) for i in op.inputs}
+        nlead = len(self.ctx.lead)
+        before = len(self.problems)
+        # (a) rows padded: last dim contiguous, row stride larger than the row
+        dev = self.ctx.to_device(trial.cpu_inputs)
+        padded = {}
+        for k, v in dev.items():
+            if row_wise[k] and v.is_floating_point() and v.dim() > nlead:
+                wide = torch.zeros(*v.shape[:-1], v.shape[-1] + 3, dtype=v.dtype, device=v.device)
+                wide[..., : v.shape[-1]] = v
+                padded[k] = wide[..., : v.shape[-1]]
+            else:
+                padded[k] = v
+        self._same_bits("row-padded view", padded, dev)
+        # (b) every other row of a batch twice as long: strided lead dim
+        if nlead:
+            double = self.ctx.draw(
+                trial.seed,
+                trial.distribution,
+                lead=(2 * self.ctx.lead[0], *self.ctx.lead[1:]),
+                salt="strided",
+            )
+            strided = {
+                k: (v[::2] if row_wise[k] else v) for k, v in self.ctx.to_device(double).items()
+            }
+            self._same_bits(
+                "lead-strided view", strided, {k: v.contiguous() for k, v in strided.items()}
+            )
+        if len(self.problems) == before:
+            self.passed.append("non-contiguous == contiguous")
+
+    def _same_bits(self, label: str, views: dict, contiguous: dict) -> None:
+        got = self.ctx.call(views)
+        want = self.ctx.call({k: v.contiguous() for k, v in contiguous.items()})
+        for i, (g, w) in enumerate(zip(got, want)):
+            g, w = g.detach().cpu(), w.detach().cpu()
+            if g.shape != w.shape or not bool((bits(g) == bits(w)).all()):
+                detail = "shape differs" if g.shape != w.shape else first_bit_difference(g, w)
+                self.problems.append(
+                    f"{label}: output {i} differs from the contiguous copy: {detail}"
+                )
+
+    def outcome(self) -> Outcome:
+        metrics = {"violations": len(self.problems), "verified": len(self.passed)}
+        t = self.trial
+        seed, dist = (t.seed, t.distribution) if t else (None, None)
+        if self.problems:
+            msg = "; ".join(self.problems[:4]) + (
+                f" (+{len(self.problems) - 4} more)" if len(self.problems) > 4 else ""
+            )
+            return Outcome("fail", msg, metrics, {"mode": "exact"}, seed, dist)
+        return Outcome("pass", "", metrics, {"mode": "exact"}, seed, dist)

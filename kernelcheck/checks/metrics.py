@@ -1,0 +1,156 @@
+"""Small pure functions behind every verdict: errors, ULPs and bit patterns.
+
+Comparisons happen in float64 against the float64 gold. "Bitwise" always means equal
+bit patterns of the integer view: +0.0 and -0.0 differ, and so do two NaN payloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+_INT_VIEW = {
+    torch.float32: torch.int32,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+    torch.float64: torch.int64,
+}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The integer view of a float tensor (a copy of other dtypes unchanged)."""
+    view = _INT_VIEW.get(t.dtype)
+    return t.contiguous().view(view) if view is not None else t
+
+
+def row_mismatches(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Per leading row, True where any bit differs. Both shaped ``[rows, ...]``."""
+    diff = bits(a) != bits(b)
+    return diff.reshape(diff.shape[0], -1).any(dim=1) if diff.dim() > 1 else diff
+
+
+def first_bit_difference(a: torch.Tensor, b: torch.Tensor) -> str:
+    """``0x3f800000 vs 0x3f800001 (1.0 vs 1.0000001)`` for the first differing element."""
+    ia, ib = bits(a).reshape(-1), bits(b).reshape(-1)
+    idx = int((ia != ib).nonzero()[0])
+    width = a.element_size() * 2
+    mask = (1 << (8 * a.element_size())) - 1
+    va, vb = a.reshape(-1)[idx].item(), b.reshape(-1)[idx].item()
+    return (
+        f"0x{int(ia[idx]) & mask:0{width}x} vs 0x{int(ib[idx]) & mask:0{width}x} ({va!r} vs {vb!r})"
+    )
+
+
+def ordered_int(x: torch.Tensor) -> torch.Tensor:
+    """Map fp32 to int64 so that adjacent floats differ by 1 (and -0.0 == +0.0)."""
+    i = x.to(torch.float32).contiguous().view(torch.int32).to(torch.int64)
+    return torch.where(i < 0, -(i & 0x7FFFFFFF), i)
+
+
+def ulp_distance(candidate: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """How many fp32 steps the candidate is from the gold rounded to fp32."""
+    return (ordered_int(candidate) - ordered_int(gold.to(torch.float32))).abs()
+
+
+def fp32_ulp(value: float) -> float:
+    """The spacing of fp32 numbers at ``|value|``."""
+    a = torch.tensor(abs(value), dtype=torch.float32)
+    return float(torch.nextafter(a, torch.tensor(float("inf"))) - a)
+
+
+def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for size in reversed(shape):
+        out.append(flat % size if size else 0)
+        flat = flat // size if size else 0
+    return tuple(reversed(out))
+
+
+@dataclass
+class ErrorStats:
+    """Streaming error statistics of a candidate against the gold, chunk by chunk.
+
+    An element is bad when ``|c - g| > atol + rtol * |g|``, when the candidate is
+    NaN/Inf where the gold is finite, or when gold is +-Inf and the candidate differs.
+    """
+
+    atol: float = 0.0
+    rtol: float = 0.0
+    n: int = 0
+    n_bad: int = 0
+    n_nonfinite: int = 0
+    max_abs: float = 0.0
+    sum_abs: float = 0.0
+    max_rel: float = 0.0
+    max_ulp: int = 0
+    gold_absmax: float = 0.0
+    first_bad: tuple | None = None
+    first_bad_values: tuple[float, float] | None = None
+    first_nonfinite: tuple | None = None
+
+    def update(self, cand: torch.Tensor, gold: torch.Tensor, row_offset: int = 0) -> None:
+        """``cand`` and ``gold`` shaped ``[rows, ...]``; ``row_offset`` locates the chunk."""
+        c = cand.detach().to("cpu", torch.float64)
+        g = gold.detach().to("cpu", torch.float64)
+        self.n += g.numel()
+        if g.numel() == 0:
+            return
+        g_fin, c_fin = torch.isfinite(g), torch.isfinite(c)
+        both = g_fin & c_fin
+        err = torch.where(both, (c - g).abs(), torch.zeros_like(g))
+        bad = both & (err > self.atol + self.rtol * g.abs())
+        nonfinite = g_fin & ~c_fin
+        bad |= nonfinite | (~g_fin & (c != g))
+        self.n_bad += int(bad.sum())
+        self.n_nonfinite += int(nonfinite.sum())
+        if both.any():
+            self.max_abs = max(self.max_abs, float(err.max()))
+            self.sum_abs += float(err.sum())
+            rel = err / g.abs().clamp_min(1e-12)
+            self.max_rel = max(self.max_rel, float(rel.max()))
+            self.gold_absmax = max(self.gold_absmax, float(g[both].abs().max()))
+            if cand.dtype == torch.float32:
+                ulps = torch.where(
+                    both, ulp_distance(cand.cpu(), g), torch.zeros_like(err, dtype=torch.int64)
+                )
+                self.max_ulp = max(self.max_ulp, int(ulps.max()))
+        if self.first_bad is None and bad.any():
+            flat = int(bad.reshape(-1).nonzero()[0])
+            idx = unravel(flat, tuple(g.shape))
+            self.first_bad = (idx[0] + row_offset, *idx[1:])
+            self.first_bad_values = (float(c.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
+        if self.first_nonfinite is None and nonfinite.any():
+            idx = unravel(int(nonfinite.reshape(-1).nonzero()[0]), tuple(g.shape))
+            self.first_nonfinite = (idx[0] + row_offset, *idx[1:])
+
+    @property
+    def mean_abs(self) -> float:
+        return self.sum_abs / self.n if self.n else 0.0
+
+    def metrics(self) -> dict:
+        return {
+            "max_abs": self.max_abs,
+            "mean_abs": self.mean_abs,
+            "max_rel": self.max_rel,
+            "max_ulp": self.max_ulp,
+            "n_bad": self.n_bad,
+            "n_nonfinite": self.n_nonfinite,
+            "n": self.n,
+        }
+
+
+def merge_stats(total: ErrorStats, part: ErrorStats) -> None:
+    """Fold one trial's statistics into the case total (firsts keep the earliest)."""
+    total.n += part.n
+    total.n_bad += part.n_bad
+    total.n_nonfinite += part.n_nonfinite
+    total.max_abs = max(total.max_abs, part.max_abs)
+    total.sum_abs += part.sum_abs
+    total.max_rel = max(total.max_rel, part.max_rel)
+    total.max_ulp = max(total.max_ulp, part.max_ulp)
+    total.gold_absmax = max(total.gold_absmax, part.gold_absmax)
+    if total.first_bad is None:
+        total.first_bad, total.first_bad_values = part.first_bad, part.first_bad_values
+    if total.first_nonfinite is None:
+        total.first_nonfinite = part.first_nonfinite

@@ -1,0 +1,252 @@
+"""The ``kernelcheck`` command: a thin typer shell over :mod:`kernelcheck.api`.
+
+Exit codes: 0 every check that ran passed; 1 a check failed or a candidate errored;
+2 a usage or spec error, or a requested device or candidate is unavailable.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from kernelcheck.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Verify compute kernels against a float64 gold: accuracy, precision, "
+    "bitwise batch invariance.",
+)
+_state = {"debug": False}
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    typer.echo(f"kernelcheck: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _catalog(specs: list[Path] | None):
+    from kernelcheck.spec import load_catalog
+
+    return load_catalog(specs or [])
+
+
+def _parse_shape(batch, seq, vocab, shape: str | None) -> dict | None:
+    sizes: dict[str, int] = {}
+    if shape:
+        for part in shape.split(","):
+            key, sep, value = part.partition("=")
+            if not sep:
+                raise UsageError(f"--shape: expected dim=size[,dim=size...], got {shape!r}")
+            try:
+                sizes[key.strip()] = int(value)
+            except ValueError:
+                raise UsageError(
+                    f"--shape: {key.strip()}: expected an integer, got {value!r}"
+                ) from None
+    for key, value in (("batch", batch), ("seq", seq), ("vocab", vocab)):
+        if value is not None:
+            sizes[key] = value
+    return sizes or None
+
+
+@app.callback()
+def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
+    _state["debug"] = debug
+
+
+SpecOpt = Annotated[
+    Optional[list[Path]], typer.Option("--spec", help="Extra spec file (repeatable).")
+]
+DeviceOpt = Annotated[
+    str, typer.Option("--device", help="auto (cuda, then npu, then cpu), cpu, cuda or npu.")
+]
+
+
+@app.command()
+def run(
+    op: Annotated[str, typer.Option("--op", help="Operator to check, e.g. logp.")],
+    spec: SpecOpt = None,
+    candidate: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--candidate", help="Candidate name (repeatable); default: all that run here."
+        ),
+    ] = None,
+    device: DeviceOpt = "auto",
+    dtype: Annotated[
+        Optional[str], typer.Option("--dtype", help="Comma-separated dtypes: fp32,bf16,fp16.")
+    ] = None,
+    batch: Annotated[Optional[int], typer.Option("--batch")] = None,
+    seq: Annotated[Optional[int], typer.Option("--seq")] = None,
+    vocab: Annotated[Optional[int], typer.Option("--vocab")] = None,
+    shape: Annotated[
+        Optional[str], typer.Option("--shape", help="Any op's dims: batch=64,vocab=10000.")
+    ] = None,
+    check_grad: Annotated[
+        bool, typer.Option("--check-grad/--no-check-grad", help="Run the backward checks.")
+    ] = True,
+    checks: Annotated[
+        Optional[str], typer.Option("--checks", help="Comma-separated check names.")
+    ] = None,
+    seed: Annotated[
+        Optional[int], typer.Option("--seed", help="Run this one seed instead of the spec's.")
+    ] = None,
+    distributions: Annotated[
+        Optional[str], typer.Option("--distributions", help="Comma-separated input distributions.")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table, plain, markdown or json.")] = "table",
+    json_out: Annotated[
+        Optional[Path],
+        typer.Option("--json-out", help="Write the JSON report here, as results complete."),
+    ] = None,
+    junit_out: Annotated[
+        Optional[Path], typer.Option("--junit-out", help="Write JUnit XML here.")
+    ] = None,
+    shard: Annotated[
+        Optional[str], typer.Option("--shard", help="Run shard K of N (1-based): 2/4.")
+    ] = None,
+) -> None:
+    """Run the checks of an op's candidates over its dtype x shape grid."""
+    from kernelcheck import api
+    from kernelcheck import report as rep
+    from kernelcheck.report.json_report import JsonReportWriter, check_writable, write_atomic
+
+    try:
+        if fmt not in rep.FORMATS:
+            raise UsageError(f"unknown format {fmt!r}; valid: {', '.join(rep.FORMATS)}")
+        for flag, path in (("--json-out", json_out), ("--junit-out", junit_out)):
+            if path is not None and (why := check_writable(path)):
+                raise UsageError(f"{flag}: {why}")
+        catalog = _catalog(spec)
+        plan = api.plan(
+            catalog,
+            op,
+            candidate_names=candidate,
+            device=device,
+            dtype_names=dtype,
+            shape=_parse_shape(batch, seq, vocab, shape),
+            check_names=checks,
+            check_grad=check_grad,
+            seeds=[seed] if seed is not None else None,
+            distributions=distributions,
+            shard_spec=shard,
+        )
+    except UsageError as exc:
+        _fail(str(exc))
+    if not plan.cases:
+        why = "; ".join(f"{k}: {v}" for k, v in plan.unavailable.items()) or "the shard is empty"
+        if not plan.shard:
+            _fail(f"no candidate of {op} can run on {plan.device} ({why})")
+
+    writer = JsonReportWriter(json_out) if json_out else None
+    console = Console(stderr=True)
+    progress = None
+    if console.is_terminal and len(plan.cases) > 1:
+        from rich.progress import Progress
+
+        progress = Progress(console=console, transient=True)
+        task = progress.add_task("checking", total=len(plan.cases))
+        progress.start()
+
+    def on_case(case, i, n):
+        if progress:
+            progress.update(task, completed=i, description=f"{case.id}")
+
+    try:
+        report = api.execute(plan, on_result=writer, on_case=on_case)
+    finally:
+        if progress:
+            progress.stop()
+    if writer:
+        writer.write(report)
+    if junit_out:
+        write_atomic(junit_out, rep.to_junit(report))
+    out = Console(soft_wrap=False)
+    if fmt == "table":
+        rep.render_table(report, out)
+    elif fmt == "plain":
+        sys.stdout.write(rep.to_plain(report, plan.op))
+    elif fmt == "markdown":
+        sys.stdout.write(rep.to_markdown(report))
+    else:
+        sys.stdout.write(rep.to_json(report) + "\n")
+    raise typer.Exit(EXIT_OK if report.passed else EXIT_FAILED)
+
+
+@app.command("list")
+def list_(
+    spec: SpecOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+) -> None:
+    """Ops, candidates (and whether each can run here, and why not) and checks."""
+    from kernelcheck import api
+
+    try:
+        info = api.describe(_catalog(spec))
+    except UsageError as exc:
+        _fail(str(exc))
+    if fmt == "json":
+        typer.echo(json.dumps(info, indent=2))
+        return
+    console = Console()
+    for name, op in info["ops"].items():
+        console.print(f"[bold]op {name}[/]: {op['description']}  ({op['source']})", highlight=False)
+        for cname, cand in op["candidates"].items():
+            console.print(f"  candidate [cyan]{cname}[/] = {cand['callable']}", highlight=False)
+            for dev, verdict in cand["runs_here"].items():
+                mark = (
+                    "[green]runs here[/]"
+                    if verdict == "yes"
+                    else f"[yellow]cannot run[/]: {verdict}"
+                )
+                console.print(f"      {dev}: {mark}", highlight=False)
+    console.print("[bold]checks[/]")
+    for name, summary in info["checks"].items():
+        console.print(f"  {name}: {summary}", highlight=False)
+
+
+@app.command()
+def doctor(fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table") -> None:
+    """torch, the devices (with the reason one is missing), native libraries, the NPU stack."""
+    from kernelcheck import api
+
+    info = api.doctor()
+    if fmt == "json":
+        typer.echo(json.dumps(info, indent=2))
+        return
+    console = Console()
+    console.print(
+        f"torch {info['torch']} (CUDA build: {info['torch_cuda'] or 'no'})", highlight=False
+    )
+    for name, d in info["devices"].items():
+        state = (
+            "[green]available[/]" if d["available"] else f"[yellow]unavailable[/]: {d['reason']}"
+        )
+        console.print(f"device {name}: {state}", highlight=False)
+    for name, lib in info["native_libraries"].items():
+        console.print(
+            f"native {name}: {lib['status']} {lib.get('path') or ''} {lib.get('reason') or ''}",
+            highlight=False,
+        )
+    npu = info["npu_stack"]
+    console.print(
+        f"torch_npu: {npu['torch_npu']}; "
+        f"CANN: {'found' if npu['cann_found'] else 'not found'} at {npu['cann_home']}",
+        highlight=False,
+    )
+
+
+def entry() -> None:
+    """Console-script entry: one line and exit 2 for usage errors, never a traceback."""
+    try:
+        app(standalone_mode=True)
+    except UsageError as exc:
+        typer.echo(f"kernelcheck: error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)

@@ -1,0 +1,22 @@
+"""Errors that end a run before it starts, and the exit codes of the CLI."""
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143
+
+
+class UsageError(Exception):
+    """A bad flag, an unknown name or an unavailable device: exit 2, one line."""
+
+
+class SpecError(UsageError):
+    """A spec that cannot be used; the message names the file, the key and what was expected."""
+
+    def __init__(self, source: object, key: str, problem: str):
+        self.source = str(source)
+        self.key = key
+        self.problem = problem
+        where = f"{self.source}: {key}" if key else self.source
+        super().__init__(f"{where}: {problem}")

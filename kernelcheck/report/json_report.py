@@ -1,0 +1,52 @@
+"""JSON reports, written atomically so a reader never sees half a file."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from kernelcheck.results import Report
+
+
+def to_json(report: Report) -> str:
+    return json.dumps(report.to_dict(), indent=2, default=str)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def check_writable(path: Path) -> str | None:
+    """None when ``path`` can be written; else why not (checked before a run starts)."""
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        return f"{path} is a directory"
+    if not parent.is_dir():
+        return f"folder {parent} does not exist"
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return f"{path} is not writable"
+    return None
+
+
+class JsonReportWriter:
+    """Rewrites the report file after every result, so a killed run leaves what it did."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def __call__(self, _result, report: Report) -> None:
+        self.write(report)
+
+    def write(self, report: Report) -> None:
+        write_atomic(self.path, to_json(report))

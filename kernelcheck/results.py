@@ -1,0 +1,111 @@
+"""The data that flows from the runner to the reporters: one result per case x check.
+
+Results hold metrics, never tensor data, so a report's size is bounded by the number
+of results.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+SCHEMA_VERSION = 1
+STATUSES = ("pass", "fail", "error", "timeout", "crash", "skip")
+FAILING = ("fail", "error", "timeout", "crash")
+
+
+@dataclass
+class CheckResult:
+    op: str
+    candidate: str
+    device: str
+    dtype: str
+    shape: dict
+    check: str
+    status: str
+    case_id: str
+    metrics: dict = field(default_factory=dict)
+    tolerance: dict | None = None
+    seed: int | None = None
+    distribution: str | None = None
+    message: str = ""
+    repro: str = ""
+    duration_s: float = 0.0
+    implementation: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CheckResult:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class Report:
+    """A whole run: what ran, what it found, and what did not run."""
+
+    op: str
+    op_version: str
+    device: str
+    results: list[CheckResult] = field(default_factory=list)
+    environment: dict = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    interrupted: str | None = None
+    not_run: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.time)
+    finished: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(r.status for r in self.results)
+        return {s: c.get(s, 0) for s in STATUSES}
+
+    @property
+    def passed(self) -> bool:
+        counts = self.counts()
+        return not any(counts[s] for s in FAILING) and self.interrupted is None
+
+    def summary(self) -> dict:
+        counts = self.counts()
+        ran = sum(counts[s] for s in STATUSES if s != "skip")
+        return {
+            "passed": self.passed,
+            "total": len(self.results),
+            "counts": counts,
+            "pass_rate": counts["pass"] / ran if ran else 0.0,
+            "unavailable_candidates": dict(self.unavailable),
+            "interrupted": self.interrupted,
+            "not_run": list(self.not_run),
+            "wall_time_s": round((self.finished or time.time()) - self.started, 3),
+            **self.extra,
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "op": self.op,
+            "op_version": self.op_version,
+            "device": self.device,
+            "environment": self.environment,
+            "results": [r.to_dict() for r in self.results],
+            "summary": self.summary(),
+        }
+
+
+def environment() -> dict:
+    import torch
+
+    from kernelcheck import __version__
+
+    return {
+        "kernelcheck": __version__,
+        "torch": torch.__version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "argv": sys.argv[1:],
+    }

@@ -1,0 +1,143 @@
+"""Run every check of one case and yield one :class:`CheckResult` per check.
+
+Trials are shared: for each (seed, distribution) the candidate runs once for the
+accuracy checks, the gold once, and every check observes that trial before the next is
+drawn, so memory holds one trial at a time. A fault in the candidate becomes an
+``error`` result of the checks it hit; the run goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelcheck import candidates
+from kernelcheck.candidates.devices import torch_device
+from kernelcheck.cases.grid import Case
+from kernelcheck.checks import CHECKS, CandidateFault, CaseContext, Outcome, Trial
+from kernelcheck.results import CheckResult
+from kernelcheck.runner.repro import repro_command
+from kernelcheck.spec.imports import ImportPathError, resolve
+from kernelcheck.spec.model import OpSpec
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    check_grad: bool = True
+    user_specs: tuple[Path, ...] = ()
+    check_params: dict = field(default_factory=dict)
+
+
+def run_case(op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResult]:
+    cand = op.candidates[case.candidate]
+    implementation = ""
+
+    def result(check: str, outcome: Outcome, seconds: float = 0.0) -> CheckResult:
+        seed = outcome.seed if outcome.seed is not None else (case.seeds[0] if case.seeds else None)
+        failing = outcome.status not in ("pass", "skip")
+        repro = repro_command(
+            case,
+            check,
+            seed,
+            outcome.distribution if failing else None,
+            options.user_specs,
+            options.check_grad,
+        )
+        return CheckResult(
+            op=case.op,
+            candidate=case.candidate,
+            device=case.device,
+            dtype=case.dtype,
+            shape=case.sizes,
+            check=check,
+            status=outcome.status,
+            case_id=case.id,
+            metrics=outcome.metrics,
+            tolerance=outcome.tolerance,
+            seed=seed,
+            distribution=outcome.distribution,
+            message=outcome.message,
+            repro=repro,
+            duration_s=round(seconds, 4),
+            implementation=implementation,
+        )
+
+    try:
+        loaded = candidates.load(cand)
+        gold_fn = resolve(op.gold, op.base_dir)
+        reference_fn = resolve(op.reference, op.base_dir) if op.reference else None
+    except ImportPathError as exc:
+        for name in case.checks:
+            yield result(name, Outcome("error", f"cannot load: {exc}"))
+        return
+    implementation = loaded.implementation
+
+    grad, grad_reason = options.check_grad, ""
+    if not options.check_grad:
+        grad_reason = "backward checks are off (--no-check-grad)"
+    elif not cand.backward:
+        grad, grad_reason = False, f"candidate {cand.name} declares backward = false"
+    elif not op.grad_inputs:
+        grad, grad_reason = False, f"op {op.name} declares no backward inputs"
+
+    ctx = CaseContext(
+        op=op,
+        case=case,
+        fn=loaded.fn,
+        gold_fn=gold_fn,
+        reference_fn=reference_fn,
+        device=torch_device(case.device),
+        grad=grad,
+        grad_reason=grad_reason,
+    )
+    active: dict[str, object] = {}
+    for name in case.checks:
+        conf = op.checks.get(name)
+        params = {**(conf.params if conf else {}), **options.check_params.get(name, {})}
+        check = CHECKS[name](ctx, params)
+        reason = check.skip_reason()
+        if reason:
+            yield result(name, Outcome("skip", reason))
+        else:
+            active[name] = check
+
+    trials = [Trial(ctx, s, d) for d in case.distributions for s in case.seeds]
+    wanted = {name: set(map(id, c.trials_wanted(trials))) for name, c in active.items()}
+    spent = dict.fromkeys(active, 0.0)
+    broken: dict[str, Outcome] = {}
+    for trial in trials:
+        for name, check in active.items():
+            if name in broken or id(trial) not in wanted[name]:
+                continue
+            t0 = time.perf_counter()
+            try:
+                check.observe(trial)
+            except CandidateFault as exc:
+                broken[name] = Outcome(
+                    "error",
+                    f"{exc} [seed {trial.seed}, {trial.distribution}]",
+                    seed=trial.seed,
+                    distribution=trial.distribution,
+                )
+            except Exception as exc:  # a bug in a check is reported, not raised
+                broken[name] = Outcome(
+                    "error",
+                    f"internal error in check {name}: {type(exc).__name__}: {exc}",
+                    seed=trial.seed,
+                    distribution=trial.distribution,
+                )
+            spent[name] += time.perf_counter() - t0
+        trial.release()  # free this trial's tensors before drawing the next
+    for name, check in active.items():
+        if name in broken:
+            yield result(name, broken[name], spent[name])
+            continue
+        try:
+            outcome = check.outcome()
+        except Exception as exc:
+            outcome = Outcome(
+                "error", f"internal error in check {name}: {type(exc).__name__}: {exc}"
+            )
+        yield result(name, outcome, spent[name])

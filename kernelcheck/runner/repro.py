@@ -1,0 +1,44 @@
+"""One-line commands that rerun exactly one case and check."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from kernelcheck.cases.grid import Case
+
+
+def shape_flags(shape: dict[str, int]) -> list[str]:
+    if set(shape) == {"batch", "seq", "vocab"}:
+        return [
+            "--batch",
+            str(shape["batch"]),
+            "--seq",
+            str(shape["seq"]),
+            "--vocab",
+            str(shape["vocab"]),
+        ]
+    return ["--shape", ",".join(f"{k}={v}" for k, v in shape.items())]
+
+
+def repro_command(
+    case: Case,
+    check: str,
+    seed: int | None,
+    distribution: str | None,
+    user_specs: tuple[Path, ...] = (),
+    check_grad: bool = True,
+) -> str:
+    argv = ["kernelcheck", "run", "--op", case.op]
+    for spec in user_specs:
+        argv += ["--spec", str(spec)]
+    argv += ["--candidate", case.candidate, "--device", case.device, "--dtype", case.dtype]
+    argv += shape_flags(case.sizes)
+    argv += ["--checks", check]
+    if seed is not None:
+        argv += ["--seed", str(seed)]
+    if distribution:
+        argv += ["--distributions", distribution]
+    if not check_grad:
+        argv += ["--no-check-grad"]
+    return shlex.join(argv)

@@ -1,0 +1,537 @@
+"""Read TOML specs into :mod:`kernelcheck.spec.model` objects, refusing bad ones early.
+
+A spec either declares a whole op (``gold``, ``input``, ``output``, ...) or only adds
+candidates to an op declared elsewhere (``op`` plus ``[[candidate]]``). Every problem is
+a :class:`SpecError` naming the file, the key and what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import tomllib
+
+from kernelcheck import dtypes
+from kernelcheck.errors import SpecError
+from kernelcheck.spec.model import (
+    CandidateSpec,
+    CheckConfig,
+    Dim,
+    Grid,
+    InputSpec,
+    OpSpec,
+    OutOfRangeRule,
+    OutputSpec,
+    Tolerance,
+)
+
+DEVICES = ("cpu", "cuda", "npu")
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_DIM_EXPR = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:([+-])\s*(\d+))?\s*$")
+
+_OP_KEYS = {
+    "op",
+    "version",
+    "description",
+    "gold",
+    "reference",
+    "timeout_s",
+    "dims",
+    "lead",
+    "input",
+    "output",
+    "backward",
+    "contract",
+    "tolerance",
+    "grid",
+    "checks",
+    "candidate",
+}
+_ADDON_KEYS = {"op", "description", "candidate"}
+_CANDIDATE_KEYS = {
+    "name",
+    "callable",
+    "devices",
+    "backward",
+    "probe",
+    "description",
+    "native",
+    "isolate",
+}
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Every op known to a run: the built-in specs plus the user's ``--spec`` files."""
+
+    ops: dict[str, OpSpec]
+    user_specs: tuple[Path, ...] = ()
+
+    def op(self, name: str) -> OpSpec:
+        from kernelcheck.errors import UsageError
+
+        if name not in self.ops:
+            raise UsageError(f"unknown op {name!r}; valid ops: {', '.join(sorted(self.ops))}")
+        return self.ops[name]
+
+
+def builtin_spec_dir() -> Path:
+    """The repo's ``specs/`` in a checkout, else the copy installed inside the package."""
+    here = Path(__file__).resolve()
+    checkout = here.parents[2] / "specs"
+    if (checkout / "logp.toml").is_file():
+        return checkout
+    return here.parents[1] / "specs"
+
+
+def load_catalog(paths: tuple[Path, ...] | list[Path] = (), builtin: bool = True) -> Catalog:
+    files = sorted(builtin_spec_dir().glob("*.toml")) if builtin else []
+    user = [Path(p).resolve() for p in paths]
+    for path in user:
+        if not path.is_file():
+            raise SpecError(path, "", "spec file not found")
+    ops: dict[str, OpSpec] = {}
+    addons: list[tuple[Path, dict]] = []
+    for path in [*files, *user]:
+        raw = read_toml(path)
+        if _is_addon(raw):
+            addons.append((path, raw))
+            continue
+        op = parse_op(raw, path)
+        if op.name in ops:
+            raise SpecError(
+                path, "op", f"op {op.name!r} is already declared in {ops[op.name].source}"
+            )
+        ops[op.name] = op
+    for path, raw in addons:
+        _check_keys(raw, _ADDON_KEYS, path, "")
+        name = _get(raw, "op", str, path, "")
+        if name not in ops:
+            raise SpecError(path, "op", f"unknown op {name!r}; known ops: {', '.join(sorted(ops))}")
+        extra = _parse_candidates(raw.get("candidate", []), path)
+        if not extra:
+            raise SpecError(path, "candidate", "expected at least one [[candidate]] table")
+        ops[name] = _add_candidates(ops[name], extra, path)
+    return Catalog(ops=ops, user_specs=tuple(user))
+
+
+def read_toml(path: Path) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(path, "", f"malformed TOML: {exc}") from None
+    except OSError as exc:
+        raise SpecError(path, "", f"cannot read: {exc.strerror}") from None
+
+
+def _is_addon(raw: dict) -> bool:
+    return "gold" not in raw and "input" not in raw and "candidate" in raw
+
+
+def _add_candidates(op: OpSpec, extra: dict[str, CandidateSpec], path: Path) -> OpSpec:
+    merged = dict(op.candidates)
+    for name, cand in extra.items():
+        if name in merged:
+            raise SpecError(
+                path,
+                f"candidate.{name}",
+                f"duplicate candidate name (already declared in {merged[name].source})",
+            )
+        merged[name] = cand
+    return replace(op, candidates=merged)
+
+
+# --- the op table ------------------------------------------------------------------------
+
+
+def parse_op(raw: dict, path: Path) -> OpSpec:
+    _check_keys(raw, _OP_KEYS, path, "")
+    for key in ("op", "gold", "dims", "lead", "input", "output", "grid"):
+        if key not in raw:
+            raise SpecError(path, key, "missing required key")
+    name = _get(raw, "op", str, path, "")
+    gold = _import_path(raw, "gold", path, "")
+    reference = _import_path(raw, "reference", path, "") if "reference" in raw else None
+    dims = _parse_dims(_get(raw, "dims", dict, path, ""), path)
+    lead = tuple(_str_list(raw, "lead", path, ""))
+    for d in lead:
+        if d not in dims:
+            raise SpecError(path, "lead", f"unknown dim {d!r}; declared dims: {', '.join(dims)}")
+    inputs = tuple(
+        _parse_input(t, path, i, dims) for i, t in enumerate(_tables(raw, "input", path))
+    )
+    names = [i.name for i in inputs]
+    if len(set(names)) != len(names):
+        raise SpecError(path, "input", "duplicate input names")
+    for inp in inputs:
+        if inp.index_into and inp.index_into not in names:
+            raise SpecError(
+                path, f"input.{inp.name}.index_into", f"unknown input {inp.index_into!r}"
+            )
+    outputs = tuple(
+        _parse_output(t, path, i, dims, names) for i, t in enumerate(_tables(raw, "output", path))
+    )
+    backward = _get(raw, "backward", dict, path, "", default={})
+    _check_keys(backward, {"inputs"}, path, "backward")
+    grad_inputs = tuple(_str_list(backward, "inputs", path, "backward", default=[]))
+    for g in grad_inputs:
+        if g not in names:
+            raise SpecError(path, "backward.inputs", f"unknown input {g!r}; inputs: {names}")
+    contract = _get(raw, "contract", dict, path, "", default={})
+    _check_keys(contract, {"out_of_range"}, path, "contract")
+    oor = _parse_out_of_range(contract.get("out_of_range"), path, inputs)
+    grid = _parse_grid(_get(raw, "grid", dict, path, ""), path, dims)
+    return OpSpec(
+        name=name,
+        source=path,
+        version=str(raw.get("version", "1")),
+        description=_get(raw, "description", str, path, "", default=""),
+        gold=gold,
+        reference=reference,
+        dims=dims,
+        lead=lead,
+        inputs=inputs,
+        outputs=outputs,
+        grad_inputs=grad_inputs,
+        out_of_range=oor,
+        tolerances=_parse_tolerances(_get(raw, "tolerance", dict, path, "", default={}), path),
+        grid=grid,
+        checks=_parse_checks(_get(raw, "checks", dict, path, "", default={}), path),
+        candidates=_parse_candidates(raw.get("candidate", []), path),
+        timeout_s=float(_get(raw, "timeout_s", (int, float), path, "", default=600.0)),
+    )
+
+
+def _parse_dims(table: dict, path: Path) -> dict[str, Dim]:
+    dims = {}
+    for name, value in table.items():
+        key = f"dims.{name}"
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = {"default": value}
+        if not isinstance(value, dict):
+            raise SpecError(path, key, f"expected a table {{ default = N }}, got {_tname(value)}")
+        _check_keys(value, {"default", "optional"}, path, key)
+        default = _get(value, "default", int, path, key)
+        if default < 1:
+            raise SpecError(path, f"{key}.default", f"expected an integer >= 1, got {default}")
+        dims[name] = Dim(
+            name, default, bool(_get(value, "optional", bool, path, key, default=False))
+        )
+    if not dims:
+        raise SpecError(path, "dims", "expected at least one dim")
+    return dims
+
+
+def _shape(value, path: Path, key: str, dims: dict[str, Dim]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(path, key, f"expected a list of dim names, got {_tname(value)}")
+    for d in value:
+        if d not in dims:
+            raise SpecError(path, key, f"unknown dim {d!r}; declared dims: {', '.join(dims)}")
+    return tuple(value)
+
+
+def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec:
+    key = f"input[{i}]"
+    _check_keys(
+        t,
+        {"name", "shape", "dtype", "values", "index_of", "index_into", "out_of_range_fraction"},
+        path,
+        key,
+    )
+    name = _get(t, "name", str, path, key)
+    key = f"input.{name}"
+    dtype = _get(t, "dtype", str, path, key, default="case")
+    if dtype != "case" and dtype not in dtypes.FIXED_DTYPES:
+        valid = ", ".join(["case", *dtypes.FIXED_DTYPES])
+        raise SpecError(path, f"{key}.dtype", f"unknown dtype {dtype!r}; expected one of: {valid}")
+    values = _get(t, "values", str, path, key, default="case")
+    if values not in ("case", "index"):
+        raise SpecError(path, f"{key}.values", f"expected 'case' or 'index', got {values!r}")
+    index_of = _get(t, "index_of", str, path, key, default=None)
+    if values == "index" and index_of not in dims:
+        raise SpecError(path, f"{key}.index_of", "an index input needs index_of = <a declared dim>")
+    frac = float(_get(t, "out_of_range_fraction", (int, float), path, key, default=0.0))
+    if not 0.0 <= frac <= 1.0:
+        raise SpecError(path, f"{key}.out_of_range_fraction", f"expected 0..1, got {frac}")
+    return InputSpec(
+        name=name,
+        shape=_shape(t.get("shape"), path, f"{key}.shape", dims),
+        dtype=dtype,
+        values=values,
+        index_of=index_of,
+        index_into=_get(t, "index_into", str, path, key, default=None),
+        out_of_range_fraction=frac,
+    )
+
+
+def _parse_output(t: dict, path: Path, i: int, dims: dict[str, Dim], inputs: list) -> OutputSpec:
+    key = f"output[{i}]"
+    _check_keys(t, {"name", "shape", "dtype"}, path, key)
+    name = _get(t, "name", str, path, key)
+    key = f"output.{name}"
+    dtype = _get(t, "dtype", str, path, key)
+    if dtype.startswith("like:"):
+        if dtype[5:] not in inputs:
+            raise SpecError(path, f"{key}.dtype", f"'like:' names no input; inputs: {inputs}")
+    elif dtype not in dtypes.FIXED_DTYPES:
+        raise SpecError(
+            path, f"{key}.dtype", f"expected a dtype name or 'like:<input>', got {dtype!r}"
+        )
+    return OutputSpec(name, _shape(t.get("shape"), path, f"{key}.shape", dims), dtype)
+
+
+def _parse_out_of_range(t, path: Path, inputs: tuple[InputSpec, ...]) -> OutOfRangeRule | None:
+    if t is None:
+        return None
+    key = "contract.out_of_range"
+    if not isinstance(t, dict):
+        raise SpecError(path, key, f"expected a table, got {_tname(t)}")
+    _check_keys(t, {"input", "values", "output"}, path, key)
+    name = _get(t, "input", str, path, key)
+    match = [i for i in inputs if i.name == name and i.values == "index"]
+    if not match:
+        raise SpecError(path, f"{key}.input", f"expected the name of an index input, got {name!r}")
+    values = t.get("values")
+    if not isinstance(values, list) or not values:
+        raise SpecError(
+            path, f"{key}.values", "expected a non-empty list of ints or 'dim+N' strings"
+        )
+    for v in values:
+        if isinstance(v, str) and not _DIM_EXPR.match(v):
+            raise SpecError(path, f"{key}.values", f"expected an int or 'dim+N', got {v!r}")
+        if not isinstance(v, (int, str)) or isinstance(v, bool):
+            raise SpecError(path, f"{key}.values", f"expected an int or 'dim+N', got {v!r}")
+    output = float(_get(t, "output", (int, float), path, key, default=0.0))
+    return OutOfRangeRule(name, tuple(values), output)
+
+
+def eval_dim_expr(value: str | int, shape: dict[str, int]) -> int:
+    """``"vocab+7"`` -> shape['vocab'] + 7. A tiny grammar, never ``eval``."""
+    if isinstance(value, int):
+        return value
+    m = _DIM_EXPR.match(value)
+    if not m or m.group(1) not in shape:
+        raise ValueError(f"cannot evaluate {value!r} for shape {shape}")
+    base = shape[m.group(1)]
+    if m.group(2):
+        base += int(m.group(3)) * (1 if m.group(2) == "+" else -1)
+    return base
+
+
+def _parse_tolerances(table: dict, path: Path) -> dict[str, dict[str, Tolerance]]:
+    out: dict[str, dict[str, Tolerance]] = {}
+    for judgment, per_dtype in table.items():
+        key = f"tolerance.{judgment}"
+        if not isinstance(per_dtype, dict):
+            raise SpecError(path, key, f"expected a table of dtypes, got {_tname(per_dtype)}")
+        out[judgment] = {}
+        for dname, tol in per_dtype.items():
+            short = dtypes.canonical(dname)
+            if short is None:
+                raise SpecError(
+                    path, f"{key}.{dname}", "unknown dtype; expected fp32, bf16 or fp16"
+                )
+            if not isinstance(tol, dict):
+                raise SpecError(path, f"{key}.{dname}", "expected { atol = X, rtol = Y }")
+            _check_keys(tol, {"atol", "rtol"}, path, f"{key}.{dname}")
+            atol = float(_get(tol, "atol", (int, float), path, f"{key}.{dname}"))
+            rtol = float(_get(tol, "rtol", (int, float), path, f"{key}.{dname}", default=0.0))
+            if atol < 0 or rtol < 0:
+                raise SpecError(path, f"{key}.{dname}", "atol and rtol must be >= 0")
+            out[judgment][short] = Tolerance(atol, rtol)
+    return out
+
+
+def _parse_grid(t: dict, path: Path, dims: dict[str, Dim]) -> Grid:
+    from kernelcheck.cases.inputs import DISTRIBUTIONS
+
+    _check_keys(t, {"dtypes", "shapes", "seeds", "distributions"}, path, "grid")
+    dts = []
+    for d in _str_list(t, "dtypes", path, "grid"):
+        short = dtypes.canonical(d)
+        if short is None:
+            raise SpecError(path, "grid.dtypes", f"unknown dtype {d!r}; valid: fp32, bf16, fp16")
+        dts.append(short)
+    shapes = t.get("shapes")
+    if not isinstance(shapes, list) or not shapes:
+        raise SpecError(path, "grid.shapes", "expected a non-empty list of { dim = size } tables")
+    parsed = tuple(_grid_shape(s, path, f"grid.shapes[{i}]", dims) for i, s in enumerate(shapes))
+    seeds = t.get("seeds", [0])
+    if not isinstance(seeds, list) or not all(isinstance(s, int) for s in seeds) or not seeds:
+        raise SpecError(path, "grid.seeds", f"expected a non-empty list of ints, got {seeds!r}")
+    dists = _str_list(t, "distributions", path, "grid", default=["normal"])
+    for d in dists:
+        if d not in DISTRIBUTIONS:
+            raise SpecError(path, "grid.distributions", _unknown("distribution", d, DISTRIBUTIONS))
+    return Grid(tuple(dts), parsed, tuple(seeds), tuple(dists))
+
+
+def _grid_shape(s, path: Path, key: str, dims: dict[str, Dim]) -> dict:
+    if not isinstance(s, dict):
+        raise SpecError(path, key, f"expected a {{ dim = size }} table, got {_tname(s)}")
+    return resolve_shape(s, dims, lambda k, msg: SpecError(path, f"{key}.{k}" if k else key, msg))
+
+
+def resolve_shape(sizes: dict, dims: dict[str, Dim], error) -> dict:
+    """Fill defaults for required dims, drop absent optional ones, validate sizes."""
+    for name, size in sizes.items():
+        if name not in dims:
+            raise error(name, _unknown("dim", name, dims))
+        if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+            raise error(name, f"expected an integer >= 1, got {size!r}")
+    out = {}
+    for name, dim in dims.items():
+        if name in sizes:
+            out[name] = sizes[name]
+        elif not dim.optional:
+            out[name] = dim.default
+    return out
+
+
+def _parse_checks(table: dict, path: Path) -> dict[str, CheckConfig]:
+    from kernelcheck.checks import CHECKS
+
+    out = {}
+    for name, conf in table.items():
+        key = f"checks.{name}"
+        if name not in CHECKS:
+            raise SpecError(path, key, _unknown("check", name, CHECKS))
+        if not isinstance(conf, dict):
+            raise SpecError(path, key, f"expected a table, got {_tname(conf)}")
+        params = dict(conf)
+        enabled = params.pop("enabled", True)
+        if not isinstance(enabled, bool):
+            raise SpecError(path, f"{key}.enabled", f"expected true or false, got {enabled!r}")
+        defaults = CHECKS[name].PARAMS
+        for p, v in params.items():
+            if p not in defaults:
+                raise SpecError(
+                    path, f"{key}.{p}", _unknown("parameter", p, [*defaults, "enabled"])
+                )
+            want = type(defaults[p])
+            ok = isinstance(v, want) or (want is float and isinstance(v, int))
+            if not ok or isinstance(v, bool) != isinstance(defaults[p], bool):
+                raise SpecError(path, f"{key}.{p}", f"expected {want.__name__}, got {_tname(v)}")
+        out[name] = CheckConfig(enabled, params)
+    return out
+
+
+def _parse_candidates(items, path: Path) -> dict[str, CandidateSpec]:
+    if not isinstance(items, list):
+        raise SpecError(path, "candidate", "expected an array of tables ([[candidate]])")
+    out: dict[str, CandidateSpec] = {}
+    for i, t in enumerate(items):
+        key = f"candidate[{i}]"
+        if not isinstance(t, dict):
+            raise SpecError(path, key, f"expected a table, got {_tname(t)}")
+        _check_keys(t, _CANDIDATE_KEYS, path, key)
+        name = _get(t, "name", str, path, key)
+        if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+            raise SpecError(
+                path, f"{key}.name", f"expected letters, digits, '_', '-' or '.', got {name!r}"
+            )
+        key = f"candidate.{name}"
+        if name in out:
+            raise SpecError(path, key, "duplicate candidate name in this file")
+        devices = _str_list(t, "devices", path, key)
+        for d in devices:
+            if d not in DEVICES:
+                raise SpecError(path, f"{key}.devices", _unknown("device", d, DEVICES))
+        isolate = t.get("isolate")
+        if isolate is not None and not isinstance(isolate, bool):
+            raise SpecError(path, f"{key}.isolate", f"expected true or false, got {isolate!r}")
+        out[name] = CandidateSpec(
+            name=name,
+            callable=_import_path(t, "callable", path, key),
+            devices=tuple(devices),
+            source=path,
+            backward=_get(t, "backward", bool, path, key, default=True),
+            probe=_import_path(t, "probe", path, key) if "probe" in t else None,
+            description=_get(t, "description", str, path, key, default=""),
+            native=_get(t, "native", bool, path, key, default=False),
+            isolate=isolate,
+        )
+    return out
+
+
+# --- small validators ----------------------------------------------------------------------
+
+
+_MISSING = object()
+
+
+def _get(t: dict, key: str, typ, path: Path, where: str, default=_MISSING):
+    full = f"{where}.{key}" if where else key
+    if key not in t:
+        if default is _MISSING:
+            raise SpecError(path, full, "missing required key")
+        return default
+    value = t[key]
+    types = typ if isinstance(typ, tuple) else (typ,)
+    if isinstance(value, bool) and bool not in types:
+        raise SpecError(path, full, f"expected {_names(types)}, got a boolean")
+    if not isinstance(value, types):
+        raise SpecError(path, full, f"expected {_names(types)}, got {_tname(value)}")
+    return value
+
+
+def _str_list(t: dict, key: str, path: Path, where: str, default=_MISSING) -> list[str]:
+    value = _get(t, key, list, path, where, default=default)
+    if not all(isinstance(v, str) for v in value):
+        full = f"{where}.{key}" if where else key
+        raise SpecError(path, full, "expected a list of strings")
+    return value
+
+
+def _tables(t: dict, key: str, path: Path) -> list[dict]:
+    value = t.get(key)
+    if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
+        raise SpecError(path, key, f"expected one or more [[{key}]] tables")
+    return value
+
+
+def _import_path(t: dict, key: str, path: Path, where: str) -> str:
+    value = _get(t, key, str, path, where)
+    if not _IMPORT_PATH.match(value):
+        full = f"{where}.{key}" if where else key
+        raise SpecError(path, full, f"expected an import path 'module:attr', got {value!r}")
+    return value
+
+
+def _check_keys(t: dict, allowed: set[str], path: Path, where: str) -> None:
+    for key in t:
+        if key not in allowed:
+            full = f"{where}.{key}" if where else key
+            raise SpecError(path, full, _unknown("key", key, sorted(allowed)))
+
+
+def _unknown(kind: str, name: str, valid) -> str:
+    valid = list(valid)
+    near = difflib.get_close_matches(name, valid, n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return f"unknown {kind} {name!r}{hint}; valid: {', '.join(valid)}"
+
+
+def _tname(value) -> str:
+    return {dict: "a table", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def _names(types) -> str:
+    return " or ".join(
+        {
+            "int": "an integer",
+            "float": "a number",
+            "str": "a string",
+            "dict": "a table",
+            "list": "a list",
+            "bool": "true/false",
+        }.get(t.__name__, t.__name__)
+        for t in types
+    )

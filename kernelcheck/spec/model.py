@@ -1,0 +1,127 @@
+"""Typed, immutable description of an operator and its candidates, as read from TOML.
+
+Nothing here imports a candidate or a gold: import paths stay strings until the runner
+is about to call them (so ``kernelcheck list`` works when a candidate module is broken).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Dim:
+    """A named dimension. An optional dim may be left out of a grid shape (2-D vs 3-D)."""
+
+    name: str
+    default: int
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input tensor.
+
+    ``dtype`` is ``"case"`` (the grid dtype) or a fixed dtype name. ``values`` is
+    ``"case"`` (drawn from the case's distribution) or ``"index"`` (integers in
+    ``[0, index_of)``, pointing into ``index_into`` along its last dim).
+    """
+
+    name: str
+    shape: tuple[str, ...]
+    dtype: str = "case"
+    values: str = "case"
+    index_of: str | None = None
+    index_into: str | None = None
+    out_of_range_fraction: float = 0.0
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One output. ``dtype`` is a fixed dtype name or ``"like:<input>"``."""
+
+    name: str
+    shape: tuple[str, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+
+@dataclass(frozen=True)
+class OutOfRangeRule:
+    """Index values outside ``[0, dim)`` must give exactly ``output`` and a zero gradient."""
+
+    input: str
+    values: tuple[str | int, ...]
+    output: float = 0.0
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    name: str
+    callable: str
+    devices: tuple[str, ...]
+    source: Path
+    backward: bool = True
+    probe: str | None = None
+    description: str = ""
+    native: bool = False
+    isolate: bool | None = None
+
+    @property
+    def base_dir(self) -> Path:
+        return self.source.parent
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    enabled: bool = True
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Grid:
+    dtypes: tuple[str, ...]
+    shapes: tuple[dict, ...]
+    seeds: tuple[int, ...]
+    distributions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    source: Path
+    version: str
+    description: str
+    gold: str
+    reference: str | None
+    dims: dict[str, Dim]
+    lead: tuple[str, ...]
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+    grad_inputs: tuple[str, ...]
+    out_of_range: OutOfRangeRule | None
+    tolerances: dict[str, dict[str, Tolerance]]
+    grid: Grid
+    checks: dict[str, CheckConfig]
+    candidates: dict[str, CandidateSpec]
+    timeout_s: float = 600.0
+
+    @property
+    def base_dir(self) -> Path:
+        return self.source.parent
+
+    def input(self, name: str) -> InputSpec:
+        return next(i for i in self.inputs if i.name == name)
+
+    def is_row_wise(self, inp: InputSpec | OutputSpec) -> bool:
+        """True when the tensor starts with the lead dims, so its rows are independent."""
+        return inp.shape[: len(self.lead)] == self.lead
+
+    def tolerance(self, judgment: str, dtype: str) -> Tolerance | None:
+        return self.tolerances.get(judgment, {}).get(dtype)

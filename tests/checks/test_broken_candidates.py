@@ -1,0 +1,103 @@
+"""Every check fails a candidate with the bug it targets, and the honest torch passes all.
+
+Each broken candidate lives in tests/fixtures/broken_logp.py with one realistic bug.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelcheck.checks import CHECKS
+from tests.conftest import run_small, with_candidate
+
+BROKEN = [
+    # (broken callable, check that must fail, dtype, distributions, message fragment)
+    ("no_max_subtraction", "forward_accuracy", "fp32", "large", "NaN/Inf where gold is finite"),
+    ("off_by_small", "forward_accuracy", "fp32", "normal", "outside atol=1e-05"),
+    ("bf16_accumulation", "forward_precision", "bf16", "normal", "fp32 reference error"),
+    ("wrong_backward", "backward_accuracy", "fp32", "normal", "gradient:logits"),
+    ("batch_dependent_order", "forward_invariance", "fp32", "normal", "differ in bits"),
+    ("alignment_dependent_order", "forward_invariance", "fp32", "normal", "misaligned"),
+    ("batch_dependent_backward", "backward_invariance", "fp32", "normal", "differ in bits"),
+    ("nondeterministic", "determinism", "fp32", "normal", "repeated runs differ"),
+    ("negative_zero", "contract", "fp32", "normal", "expected exactly 0.0"),
+    (
+        "input_dtype_output",
+        "contract",
+        "bf16",
+        "normal",
+        "dtype torch.bfloat16 != expected torch.float32",
+    ),
+    ("ignores_strides", "contract", "fp32", "normal", "differs from the contiguous copy"),
+    ("writes_its_input", "integrity", "fp32", "normal", "changed input 'logits'"),
+    ("returns_input_storage", "integrity", "fp32", "normal", "aliases input 'logits'"),
+]
+
+
+@pytest.mark.parametrize(
+    "fn,check,dtype,dist,fragment", BROKEN, ids=[f"{b[1]}-{b[0]}" for b in BROKEN]
+)
+def test_broken_candidate_fails_its_check(catalog, fn, check, dtype, dist, fragment):
+    cat = with_candidate(catalog, "broken", f"broken_logp:{fn}")
+    result = run_small(cat, "broken", [check], dtype=dtype, seeds=[0], distributions=dist)[check]
+    assert result.status == "fail", (result.status, result.message)
+    assert fragment in result.message
+    assert "kernelcheck run --op logp" in result.repro and f"--checks {check}" in result.repro
+
+
+def test_bf16_accumulation_passes_the_contract_tolerance_but_not_precision(catalog):
+    """The case forward_precision exists for: inside 6e-2, yet not an fp32 accumulation."""
+    cat = with_candidate(catalog, "broken", "broken_logp:bf16_accumulation")
+    res = run_small(
+        cat,
+        "broken",
+        ["forward_accuracy", "forward_precision"],
+        dtype="bf16",
+        seeds=[0],
+        distributions="normal",
+    )
+    assert res["forward_accuracy"].status == "pass"
+    assert res["forward_precision"].status == "fail"
+    assert res["forward_precision"].metrics["ratio"] > 10
+
+
+def test_off_by_small_passes_bf16_tolerance(catalog):
+    cat = with_candidate(catalog, "broken", "broken_logp:off_by_small")
+    res = run_small(
+        cat, "broken", ["forward_accuracy"], dtype="bf16", seeds=[0], distributions="normal"
+    )
+    assert res["forward_accuracy"].status == "pass"
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_torch_candidate_passes_every_check(catalog, dtype):
+    res = run_small(catalog, "torch", None, dtype=dtype, seeds=[0, 1])
+    assert set(res) == set(CHECKS)
+    bad = {k: (r.status, r.message) for k, r in res.items() if r.status != "pass"}
+    assert not bad
+
+
+def test_torch_candidate_passes_on_multi_tile_vocab(catalog):
+    res = run_small(
+        catalog, "torch", None, dtype="bf16", shape={"batch": 3, "vocab": 10000}, seeds=[0]
+    )
+    assert {r.status for r in res.values()} == {"pass"}, {k: r.message for k, r in res.items()}
+
+
+def test_plain_torch_sum_is_not_batch_invariant_on_long_rows(catalog):
+    """A real-world negative control: torch's CPU sum splits a long row over threads when
+    rows are few, so the row's bits depend on the batch size. Needs 2+ threads."""
+    import torch
+
+    if torch.get_num_threads() < 2:
+        pytest.skip("needs at least 2 torch threads to split a row")
+    cat = with_candidate(catalog, "plain", "plain_torch:logp")
+    res = run_small(
+        cat,
+        "plain",
+        ["backward_invariance"],
+        shape={"batch": 2, "vocab": 151936},
+        seeds=[0],
+        distributions="masked",
+    )
+    assert res["backward_invariance"].status == "fail", res["backward_invariance"].message

@@ -1,0 +1,47 @@
+"""Shared fixtures: the built-in catalog and a helper that runs one small case."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelcheck import api
+from kernelcheck.spec import load_catalog
+from kernelcheck.spec.model import CandidateSpec
+
+TESTS = Path(__file__).parent
+FIXTURES = TESTS / "fixtures"
+SPECS = TESTS / "specs"
+SMALL = {"batch": 2, "seq": 4, "vocab": 257}
+
+
+@pytest.fixture(scope="session")
+def catalog():
+    return load_catalog()
+
+
+def with_candidate(catalog, name: str, callable_: str, backward: bool = True):
+    """The built-in catalog plus one candidate from ``tests/fixtures`` (as a spec would)."""
+    from dataclasses import replace
+
+    op = catalog.ops["logp"]
+    cand = CandidateSpec(name, callable_, ("cpu",), FIXTURES / "spec.toml", backward=backward)
+    ops = dict(catalog.ops)
+    ops["logp"] = replace(op, candidates={**op.candidates, name: cand})
+    return replace(catalog, ops=ops)
+
+
+def run_small(catalog, candidate: str, checks, dtype="fp32", shape=None, **kw):
+    """Run a few checks of one candidate on a small shape; returns {check: result}."""
+    report = api.run(
+        catalog,
+        "logp",
+        candidate_names=[candidate],
+        device="cpu",
+        dtype_names=dtype,
+        shape=shape or SMALL,
+        check_names=checks,
+        **kw,
+    )
+    return {r.check: r for r in report.results}

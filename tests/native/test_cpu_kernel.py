@@ -1,0 +1,260 @@
+"""The CPU native library (via kernelcheck.candidates.native.cpu) against a float64 reference."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import native_ref as R
+import pytest
+import torch
+
+from kernelcheck.candidates.native import cpu, library
+
+pytestmark = pytest.mark.usefixtures("cpu_library_dir")
+
+VOCABS = (1, 257, 4097, 10000)
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _logits(rows, vocab, dtype, seed=0, scale=3.0, offset=0.0):
+    x = torch.randn(rows, vocab, generator=_gen(seed), dtype=torch.float64) * scale + offset
+    return x.to(dtype)
+
+
+def _assert_close_fwd(out, ref):
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=2e-5)
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    yield
+    cpu.set_num_threads(0)
+
+
+def test_probe_and_status():
+    assert cpu.probe("cpu") is None
+    assert cpu.probe("cuda") == "needs device cpu"
+    st = library.library_status("cpu")
+    assert st["status"] == "available" and st["path"].endswith(library.library_filename("cpu"))
+
+
+@pytest.mark.parametrize("dtype", R.DTYPES, ids=str)
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_forward_matches_float64(dtype, vocab):
+    x = _logits(9, vocab, dtype, seed=vocab)
+    t = R.make_targets(9, vocab, _gen(1))
+    out = cpu.logp(x, t)
+    _assert_close_fwd(out, R.ref_logp(x, t))
+    # Out-of-range targets give exactly +0.0.
+    assert R.bits(out)[1].item() == 0 and R.bits(out)[3].item() == 0
+
+
+def test_out_of_range_targets_are_positive_zero():
+    x = _logits(6, 100, torch.float32)
+    t = torch.tensor([-100, -1, 100, 101, 2**40, -(2**40)])
+    out = cpu.logp(x, t)
+    assert torch.equal(R.bits(out), torch.zeros(6, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("dtype", R.DTYPES, ids=str)
+def test_zero_rows(dtype):
+    for shape in ((0, 17), (2, 0, 17)):
+        x = torch.zeros(shape, dtype=dtype, requires_grad=True)
+        t = torch.zeros(shape[:-1], dtype=torch.int64)
+        out = cpu.logp(x, t)
+        assert out.shape == shape[:-1] and out.dtype == torch.float32
+        out.sum().backward()
+        assert x.grad.shape == shape
+
+
+@pytest.mark.parametrize("dtype", R.DTYPES, ids=str)
+@pytest.mark.parametrize("vocab", (257, 4097))
+def test_masked_minus_inf(dtype, vocab):
+    x = _logits(5, vocab, dtype, seed=3)
+    mask = torch.rand(5, vocab, generator=_gen(4)) < 0.6
+    mask[:, 0] = False  # never a fully masked row
+    mask[2, 1:] = True  # a row with a single live entry
+    x = x.masked_fill(mask, float("-inf"))
+    t = torch.tensor([0, 0, 0, 1, 5])
+    t[4] = int(torch.nonzero(mask[4])[0])  # a masked target -> -inf
+    out = cpu.logp(x, t)
+    ref = R.ref_logp(x, t)
+    assert out[4].item() == float("-inf")
+    assert out[2].item() == 0.0
+    _assert_close_fwd(out[:4], ref[:4])
+
+
+@pytest.mark.parametrize(
+    "dtype,offset",
+    [
+        (torch.float32, 1e4),
+        (torch.float32, -1e4),
+        (torch.bfloat16, 1e4),
+        (torch.bfloat16, -1e4),
+        (torch.float16, 65000.0),
+        (torch.float16, -65000.0),
+    ],
+    ids=str,
+)
+def test_large_offsets(dtype, offset):
+    x = _logits(4, 4097, dtype, seed=5, scale=4.0, offset=offset)
+    t = R.make_targets(4, 4097, _gen(6), bad=False)
+    out = cpu.logp(x, t)
+    assert torch.isfinite(out).all()
+    _assert_close_fwd(out, R.ref_logp(x, t))
+    # Constant rows: exactly uniform.
+    c = torch.full((2, 1000), offset, dtype=dtype)
+    torch.testing.assert_close(
+        cpu.logp(c, torch.tensor([0, 999])).double(),
+        torch.full((2,), -math.log(1000.0), dtype=torch.float64),
+        rtol=1e-6,
+        atol=1e-6,
+    )
+
+
+@pytest.mark.parametrize("dtype", R.DTYPES, ids=str)
+@pytest.mark.parametrize("vocab", VOCABS)
+def test_backward_matches_float64(dtype, vocab):
+    x = _logits(6, vocab, dtype, seed=vocab + 1).requires_grad_(True)
+    t = R.make_targets(6, vocab, _gen(7))
+    g = torch.randn(6, generator=_gen(8))
+    (grad,) = torch.autograd.grad(cpu.logp(x, t), x, g)
+    assert grad.dtype == dtype and grad.shape == x.shape
+    ref = R.ref_grad(x, t, g)
+    # One rounding to dtype plus fp32 noise.
+    eps = R.ulp_tol(dtype)
+    torch.testing.assert_close(grad.double(), ref, rtol=2 * eps, atol=1e-7)
+    # Out-of-range rows: all +0.0.
+    zero_rows = R.bits(grad)[[1, 3]]
+    assert torch.count_nonzero(zero_rows).item() == 0
+
+
+def test_backward_16bit_is_rounded_fp32_gradient():
+    # On exactly representable inputs the 16-bit gradient is the fp32 kernel gradient rounded
+    # to nearest even (as torch's .to() does).
+    x = _logits(3, 4097, torch.float32, seed=9)
+    t = torch.tensor([5, 6, 7])
+    g = torch.randn(3, generator=_gen(10))
+    for dtype in (torch.bfloat16, torch.float16):
+        xd = x.to(dtype)
+        xf = xd.float().requires_grad_(True)
+        (gf,) = torch.autograd.grad(cpu.logp(xf, t), xf, g)
+        xq = xd.clone().requires_grad_(True)
+        (gq,) = torch.autograd.grad(cpu.logp(xq, t), xq, g)
+        assert torch.equal(R.bits(gq), R.bits(gf.to(dtype)))
+
+
+@pytest.mark.parametrize("dtype", R.DTYPES, ids=str)
+def test_bitwise_invariance_threads_batch_alignment(dtype):
+    rows, vocab = 29, 20011  # rows * vocab large enough that 7 threads really run
+    x = _logits(rows, vocab, dtype, seed=11)
+    t = R.make_targets(rows, vocab, _gen(12))
+    g = torch.randn(rows, generator=_gen(13))
+    cpu.set_num_threads(1)
+    base = cpu.logp(x, t)
+    xb = x.clone().requires_grad_(True)
+    (gbase,) = torch.autograd.grad(cpu.logp(xb, t), xb, g)
+    for n in (2, 3, 7):
+        cpu.set_num_threads(n)
+        assert torch.equal(R.bits(cpu.logp(x, t)), R.bits(base)), f"threads={n}"
+        xb = x.clone().requires_grad_(True)
+        (gn,) = torch.autograd.grad(cpu.logp(xb, t), xb, g)
+        assert torch.equal(R.bits(gn), R.bits(gbase)), f"backward threads={n}"
+    cpu.set_num_threads(0)
+    # Batch size and position: every row alone, and slices at different offsets.
+    for i in (0, 5, 28):
+        assert torch.equal(R.bits(cpu.logp(x[i : i + 1], t[i : i + 1])), R.bits(base[i : i + 1]))
+    for a, b in ((3, 17), (1, 29), (10, 12)):
+        assert torch.equal(R.bits(cpu.logp(x[a:b], t[a:b])), R.bits(base[a:b]))
+    # Misaligned row starts (offset views into a larger buffer).
+    for off in (1, 2, 3, 5, 7):
+        xm = R.misaligned_copy(x, off)
+        assert torch.equal(R.bits(cpu.logp(xm, t)), R.bits(base)), f"offset={off}"
+        xm.requires_grad_(True)
+        (gm,) = torch.autograd.grad(cpu.logp(xm, t), xm, g)
+        assert torch.equal(R.bits(gm), R.bits(gbase)), f"backward offset={off}"
+
+
+@pytest.mark.parametrize("dtype", R.DTYPES, ids=str)
+def test_strided_rows(dtype):
+    rows, vocab = 7, 1031
+    big = _logits(rows, vocab + 45, dtype, seed=14)
+    x = big[:, 13 : 13 + vocab]  # row stride vocab + 45, odd start
+    assert x.stride() == (vocab + 45, 1)
+    t = R.make_targets(rows, vocab, _gen(15))
+    out = cpu.logp(x, t)
+    assert torch.equal(R.bits(out), R.bits(cpu.logp(x.contiguous(), t)))
+    _assert_close_fwd(out, R.ref_logp(x, t))
+    # Lead dims that collapse to one stride, and ones that do not (copied).
+    big3 = _logits(12, vocab + 3, dtype, seed=16).view(3, 4, vocab + 3)
+    x3 = big3[..., :vocab]
+    t3 = R.make_targets(12, vocab, _gen(17)).view(3, 4)
+    out3 = cpu.logp(x3, t3)
+    assert out3.shape == (3, 4)
+    assert torch.equal(R.bits(out3), R.bits(cpu.logp(x3.contiguous(), t3)))
+    x4 = big3[:, ::2, :vocab]  # non-collapsible lead dims
+    out4 = cpu.logp(x4, t3[:, ::2])
+    assert torch.equal(R.bits(out4), R.bits(out3[:, ::2]))
+    # Gradient through a strided view lands in the right places.
+    xg = big.clone().requires_grad_(True)
+    out = cpu.logp(xg[:, 13 : 13 + vocab], t)
+    (gg,) = torch.autograd.grad(out.sum(), xg)
+    assert torch.count_nonzero(gg[:, :13]) == 0 and torch.count_nonzero(gg[:, 13 + vocab :]) == 0
+
+
+def test_wrapper_rejects_bad_inputs():
+    x = torch.randn(3, 10)
+    t = torch.zeros(3, dtype=torch.int64)
+    with pytest.raises(TypeError):
+        cpu.logp(x.double(), t)
+    with pytest.raises(TypeError):
+        cpu.logp(x, t.int())
+    with pytest.raises(ValueError):
+        cpu.logp(x, torch.zeros(4, dtype=torch.int64))
+    with pytest.raises(ValueError):
+        cpu.logp(torch.zeros(3, 0), t)
+    with pytest.raises(ValueError):
+        cpu.logp(torch.zeros(()), torch.zeros((), dtype=torch.int64)[None][0:0])
+    with pytest.raises(TypeError):
+        cpu.logp(x.numpy(), t)
+    with pytest.raises(ValueError):
+        cpu.set_num_threads(-1)
+
+
+def test_c_abi_argument_checks():
+    lib = library.load("cpu")
+    x = torch.randn(2, 8)
+    t = torch.zeros(2, dtype=torch.int64)
+    out = torch.empty(2)
+    p, tp, op = x.data_ptr(), t.data_ptr(), out.data_ptr()
+    f = lib.kc_logp_forward
+    assert lib.kc_abi_version() == 1 and lib.kc_backend_name() == b"cpu"
+    assert f(0, p, tp, op, 2, 8, 8, None) == 0
+    assert f(9, p, tp, op, 2, 8, 8, None) == 1  # KC_ERR_DTYPE
+    assert f(0, p, tp, op, 2, 0, 8, None) == 2  # vocab <= 0
+    assert f(0, p, tp, op, 2, 8, 7, None) == 2  # row_stride < vocab
+    assert f(0, p, tp, op, -1, 8, 8, None) == 2  # rows < 0
+    assert f(0, None, tp, op, 2, 8, 8, None) == 3  # KC_ERR_NULL
+    assert f(0, None, None, None, 0, 8, 8, None) == 0  # rows == 0: nothing to do
+    g = torch.ones(2)
+    gl = torch.empty(2, 8)
+    b = lib.kc_logp_backward
+    assert b(0, p, tp, g.data_ptr(), gl.data_ptr(), 2, 8, 8, None) == 0
+    assert b(0, p, tp, None, gl.data_ptr(), 2, 8, 8, None) == 3
+    assert b(2, p, tp, g.data_ptr(), gl.data_ptr(), 2, 8, 9, None) == 0
+    assert lib.kc_set_num_threads(-3) == 2
+    for s in range(6):
+        assert isinstance(ctypes.string_at(lib.kc_status_string(s)), bytes)
+
+
+def test_library_status_missing_reports_where_it_looked(monkeypatch, tmp_path):
+    monkeypatch.setattr(library, "search_dirs", lambda: [tmp_path / "nowhere"])
+    monkeypatch.setattr(library, "_REPO_ROOT", tmp_path)
+    st = library.library_status("cpu")
+    assert st["status"] == "missing" and st["path"] is None
+    assert "not built" in st["reason"] and str(tmp_path / "nowhere") in st["reason"]
