@@ -15,9 +15,11 @@ from kernelcheck.candidates import devices
 from kernelcheck.cases.grid import Case, parse_shard, shard
 from kernelcheck.cases.inputs import DISTRIBUTIONS
 from kernelcheck.checks import CHECKS, GRAD_CHECKS
-from kernelcheck.errors import UsageError
+from kernelcheck.errors import Interrupted, SpecError, UsageError
 from kernelcheck.results import CheckResult, Report, environment
-from kernelcheck.runner.case import RunOptions, run_case
+from kernelcheck.runner.case import RunOptions
+from kernelcheck.runner.execute import Executor
+from kernelcheck.spec.imports import ImportPathError, resolve
 from kernelcheck.spec.load import Catalog, load_catalog, resolve_shape
 from kernelcheck.spec.model import OpSpec
 
@@ -32,6 +34,8 @@ class Plan:
     options: RunOptions
     unavailable: dict[str, str] = field(default_factory=dict)
     shard: tuple[int, int] | None = None
+    isolate: bool | None = None  # None: native candidates isolated, Python ones in process
+    timeout_s: float | None = None  # None: the spec's per-case timeout
 
 
 def _split(values: Iterable[str] | str | None) -> list[str]:
@@ -65,6 +69,8 @@ def plan(
     seeds: list[int] | None = None,
     distributions: Iterable[str] | str | None = None,
     shard_spec: str | None = None,
+    isolate: bool | None = None,
+    timeout_s: float | None = None,
 ) -> Plan:
     """Validate every choice before anything runs; raise :class:`UsageError` with the fix."""
     spec = catalog.op(op)
@@ -104,6 +110,9 @@ def plan(
         except ValueError as exc:
             raise UsageError(f"--shard: {exc}") from None
 
+    if timeout_s is not None and not timeout_s > 0:
+        raise UsageError(f"--timeout: expected a number of seconds > 0, got {timeout_s}")
+    _resolve_gold(spec)
     dev = resolve_device(device)
     unavailable: dict[str, str] = {}
     runnable = []
@@ -111,6 +120,12 @@ def plan(
         if wanted and name not in wanted:
             continue
         reason = candidates.probe(cand, dev)
+        if reason is None and wanted:
+            # a candidate asked for by name is about to run: a bad import path is a usage error
+            try:
+                candidates.load(cand)
+            except ImportPathError as exc:
+                raise UsageError(f"{cand.source}: candidate.{name}.callable: {exc}") from None
         if reason is None:
             runnable.append(name)
         elif wanted:
@@ -124,7 +139,20 @@ def plan(
     if shard_kn:
         cases = shard(cases, *shard_kn)
     options = RunOptions(check_grad=check_grad, user_specs=catalog.user_specs)
-    return Plan(spec, dev, cases, options, unavailable, shard_kn)
+    return Plan(spec, dev, cases, options, unavailable, shard_kn, isolate, timeout_s)
+
+
+def _resolve_gold(spec: OpSpec) -> None:
+    """The gold and the reference are the op's, not a candidate's: resolve them up front."""
+    for key, path in (("gold", spec.gold), ("reference", spec.reference)):
+        if path is None:
+            continue
+        try:
+            fn = resolve(path, spec.base_dir)
+        except ImportPathError as exc:
+            raise SpecError(spec.source, key, str(exc)) from None
+        if not callable(fn):
+            raise SpecError(spec.source, key, f"{path} is not callable")
 
 
 def _shape_error(key: str, msg: str) -> UsageError:
@@ -143,17 +171,22 @@ def execute(
     report.unavailable = dict(plan.unavailable)
     if plan.shard:
         report.extra["shard"] = f"{plan.shard[0]}/{plan.shard[1]}"
-    pending = [c.id for c in plan.cases]
-    report.not_run = list(pending)
-    for i, case in enumerate(plan.cases):
-        if on_case:
-            on_case(case, i, len(plan.cases))
-        for res in run_case(plan.op, case, plan.options):
-            report.results.append(res)
-            if on_result:
-                on_result(res, report)
-        report.not_run.remove(case.id)
-    report.finished = time.time()
+    report.not_run = [c.id for c in plan.cases]
+    executor = Executor(plan.isolate, plan.timeout_s)
+    try:
+        for i, case in enumerate(plan.cases):
+            if on_case:
+                on_case(case, i, len(plan.cases))
+            for res in executor.run(plan.op, case, plan.options):
+                report.results.append(res)
+                if on_result:
+                    on_result(res, report)
+            report.not_run.remove(case.id)
+    except Interrupted as exc:
+        report.interrupted = exc.signame
+    finally:
+        executor.close()
+        report.finished = time.time()
     return report
 
 
@@ -172,8 +205,14 @@ def describe(catalog: Catalog) -> dict:
     for name, op in catalog.ops.items():
         cands = {}
         for cname, cand in op.candidates.items():
+            try:
+                candidates.load(cand)
+                importable = "yes"
+            except ImportPathError as exc:
+                importable = f"broken: {exc}"
             cands[cname] = {
                 "callable": cand.callable,
+                "importable": importable,
                 "devices": list(cand.devices),
                 "source": str(cand.source),
                 "runs_here": {d: candidates.probe(cand, d) or "yes" for d in cand.devices},

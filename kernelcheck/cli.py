@@ -7,14 +7,25 @@ Exit codes: 0 every check that ran passed; 1 a check failed or a candidate error
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import traceback
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
 
-from kernelcheck.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from kernelcheck.errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    EXIT_USAGE,
+    Interrupted,
+    UsageError,
+)
 
 app = typer.Typer(
     add_completion=False,
@@ -27,8 +38,28 @@ _state = {"debug": False}
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    if _state["debug"]:
+        traceback.print_exc()
     typer.echo(f"kernelcheck: error: {message}", err=True)
     raise typer.Exit(code)
+
+
+_EXIT_FOR_SIGNAL = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}
+
+
+def _stop_on_signals() -> None:
+    """First SIGINT/SIGTERM: stop at once, keeping what completed. Second: exit at once."""
+    count = {"n": 0}
+
+    def handler(signum, frame):
+        name = signal.Signals(signum).name
+        count["n"] += 1
+        if count["n"] > 1:
+            os._exit(_EXIT_FOR_SIGNAL.get(name, EXIT_SIGINT))
+        raise Interrupted(name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handler)
 
 
 def _catalog(specs: list[Path] | None):
@@ -112,6 +143,17 @@ def run(
     shard: Annotated[
         Optional[str], typer.Option("--shard", help="Run shard K of N (1-based): 2/4.")
     ] = None,
+    isolate: Annotated[
+        Optional[bool],
+        typer.Option(
+            "--isolate/--no-isolate",
+            help="Run each candidate in a child process (default: native candidates only).",
+        ),
+    ] = None,
+    timeout: Annotated[
+        Optional[float],
+        typer.Option("--timeout", help="Per-case timeout in seconds (default: the spec's)."),
+    ] = None,
 ) -> None:
     """Run the checks of an op's candidates over its dtype x shape grid."""
     from kernelcheck import api
@@ -137,6 +179,8 @@ def run(
             seeds=[seed] if seed is not None else None,
             distributions=distributions,
             shard_spec=shard,
+            isolate=isolate,
+            timeout_s=timeout,
         )
     except UsageError as exc:
         _fail(str(exc))
@@ -159,6 +203,7 @@ def run(
         if progress:
             progress.update(task, completed=i, description=f"{case.id}")
 
+    _stop_on_signals()
     try:
         report = api.execute(plan, on_result=writer, on_case=on_case)
     finally:
@@ -168,7 +213,8 @@ def run(
         writer.write(report)
     if junit_out:
         write_atomic(junit_out, rep.to_junit(report))
-    out = Console(soft_wrap=False)
+    # a log or a pipe gets a wide table rather than rich's 80-column default
+    out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
     if fmt == "table":
         rep.render_table(report, out)
     elif fmt == "plain":
@@ -177,6 +223,17 @@ def run(
         sys.stdout.write(rep.to_markdown(report))
     else:
         sys.stdout.write(rep.to_json(report) + "\n")
+    summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_path:
+        with open(summary_path, "a") as fh:
+            fh.write(rep.to_markdown(report) + "\n")
+    if report.interrupted:
+        typer.echo(
+            f"kernelcheck: interrupted by {report.interrupted}; "
+            f"{len(report.not_run)} case(s) did not run",
+            err=True,
+        )
+        raise typer.Exit(_EXIT_FOR_SIGNAL.get(report.interrupted, EXIT_SIGINT))
     raise typer.Exit(EXIT_OK if report.passed else EXIT_FAILED)
 
 
@@ -195,7 +252,7 @@ def list_(
     if fmt == "json":
         typer.echo(json.dumps(info, indent=2))
         return
-    console = Console()
+    console = Console(soft_wrap=True)
     for name, op in info["ops"].items():
         console.print(f"[bold]op {name}[/]: {op['description']}  ({op['source']})", highlight=False)
         for cname, cand in op["candidates"].items():
@@ -221,7 +278,7 @@ def doctor(fmt: Annotated[str, typer.Option("--format", help="table or json.")] 
     if fmt == "json":
         typer.echo(json.dumps(info, indent=2))
         return
-    console = Console()
+    console = Console(soft_wrap=True)
     console.print(
         f"torch {info['torch']} (CUDA build: {info['torch_cuda'] or 'no'})", highlight=False
     )
@@ -243,10 +300,37 @@ def doctor(fmt: Annotated[str, typer.Option("--format", help="table or json.")] 
     )
 
 
-def entry() -> None:
-    """Console-script entry: one line and exit 2 for usage errors, never a traceback."""
+def entry(argv: list[str] | None = None) -> None:
+    """Console-script entry: one line and exit 2 for usage errors; a traceback only with --debug."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
     try:
-        app(standalone_mode=True)
+        code = app(args=args, prog_name="kernelcheck", standalone_mode=False)
     except UsageError as exc:
+        if debug:
+            traceback.print_exc()
         typer.echo(f"kernelcheck: error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
+        code = EXIT_USAGE
+    except Interrupted as exc:
+        typer.echo(f"kernelcheck: interrupted by {exc.signame}", err=True)
+        code = _EXIT_FOR_SIGNAL.get(exc.signame, EXIT_SIGINT)
+    except Exception as exc:
+        # click's (typer vendors it) usage errors: a bad flag, a bad value, a missing option
+        if type(exc).__name__ == "NoArgsIsHelpError" and getattr(exc, "ctx", None):
+            typer.echo(exc.ctx.get_help())
+            sys.exit(EXIT_USAGE)
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            if debug:
+                traceback.print_exc()
+            typer.echo(f"kernelcheck: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code or EXIT_USAGE)
+        if type(exc).__name__ == "Abort":
+            sys.exit(EXIT_SIGINT)
+        if debug:
+            raise
+        typer.echo(
+            f"kernelcheck: internal error: {type(exc).__name__}: {exc} (rerun with --debug)",
+            err=True,
+        )
+        code = EXIT_FAILED
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

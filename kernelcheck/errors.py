@@ -11,6 +11,15 @@ class UsageError(Exception):
     """A bad flag, an unknown name or an unavailable device: exit 2, one line."""
 
 
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: stop now, keep what completed (BaseException so that no
+    ``except Exception`` in a candidate or a check swallows it)."""
+
+    def __init__(self, signame: str):
+        self.signame = signame
+        super().__init__(signame)
+
+
 class SpecError(UsageError):
     """A spec that cannot be used; the message names the file, the key and what was expected."""
 

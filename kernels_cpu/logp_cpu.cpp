@@ -10,9 +10,12 @@
 //    which column lands in which lane and there is no alignment peeling.
 //  * Columns are visited in chunks of kChunk columns (a multiple of 16, counted from the row
 //    start). Per chunk: pass 1 decodes the chunk to an fp32 scratch buffer (L1 resident) and
-//    takes the per-lane max; pass 2 rescales each lane's running sum to the new lane max and adds
-//    exp(x - lane_max) for the chunk's columns in increasing column order. The row is therefore
-//    read from memory once.
+//    takes the per-lane max; pass 2 sums exp(x - lane_max) for the chunk's columns into a fresh
+//    per-lane chunk sum, in increasing column order; then each lane's running sum is rescaled to
+//    the new lane max and the chunk sum is added. Summing per chunk first (128 terms a lane)
+//    keeps the rounding error of a Qwen3-vocab row (151936 columns) near that of a pairwise
+//    sum: one running sum per lane over ~9500 terms missed the fp32 contract (1e-5) at V=151936,
+//    which kernelcheck's forward_accuracy caught. The row is read from memory once.
 //  * The last partial group of 16 columns is padded with -inf in the scratch buffer and goes
 //    through the same vector code: exp(-inf - m) is exactly +0 and s + 0 == s, so padding is
 //    bit-for-bit the same as skipping. There is no separate scalar tail path at all.
@@ -183,16 +186,18 @@ RowStats row_stats(const typename D::T* row, int64_t vocab, float* buf) {
       n0 = _mm256_max_ps(n0, _mm256_loadu_ps(buf + i));
       n1 = _mm256_max_ps(n1, _mm256_loadu_ps(buf + i + 8));
     }
-    // Rescale the running sums to the new lane max (exp(0) == 1 exactly when unchanged).
-    s0 = _mm256_mul_ps(s0, exp256(_mm256_sub_ps(m0, n0)));
-    s1 = _mm256_mul_ps(s1, exp256(_mm256_sub_ps(m1, n1)));
+    // Pass 2: each lane sums its columns of this chunk, in increasing column order.
+    __m256 c0s = _mm256_setzero_ps(), c1s = c0s;
+    for (int64_t i = 0; i < padded; i += kLanes) {
+      c0s = _mm256_add_ps(c0s, exp256(_mm256_sub_ps(_mm256_loadu_ps(buf + i), n0)));
+      c1s = _mm256_add_ps(c1s, exp256(_mm256_sub_ps(_mm256_loadu_ps(buf + i + 8), n1)));
+    }
+    // Rescale the running sums to the new lane max (exp(0) == 1 exactly when unchanged), then
+    // add the chunk's sums: always in this order, so the result depends on V alone.
+    s0 = _mm256_add_ps(_mm256_mul_ps(s0, exp256(_mm256_sub_ps(m0, n0))), c0s);
+    s1 = _mm256_add_ps(_mm256_mul_ps(s1, exp256(_mm256_sub_ps(m1, n1))), c1s);
     m0 = n0;
     m1 = n1;
-    // Pass 2: each lane adds its columns in increasing column order.
-    for (int64_t i = 0; i < padded; i += kLanes) {
-      s0 = _mm256_add_ps(s0, exp256(_mm256_sub_ps(_mm256_loadu_ps(buf + i), m0)));
-      s1 = _mm256_add_ps(s1, exp256(_mm256_sub_ps(_mm256_loadu_ps(buf + i + 8), m1)));
-    }
   }
   RowStats st;
   st.max = tree_max16(m0, m1);

@@ -21,12 +21,14 @@ def catalog():
     return load_catalog()
 
 
-def with_candidate(catalog, name: str, callable_: str, backward: bool = True):
+def with_candidate(catalog, name: str, callable_: str, backward: bool = True, isolate=None):
     """The built-in catalog plus one candidate from ``tests/fixtures`` (as a spec would)."""
     from dataclasses import replace
 
     op = catalog.ops["logp"]
-    cand = CandidateSpec(name, callable_, ("cpu",), FIXTURES / "spec.toml", backward=backward)
+    cand = CandidateSpec(
+        name, callable_, ("cpu",), FIXTURES / "spec.toml", backward=backward, isolate=isolate
+    )
     ops = dict(catalog.ops)
     ops["logp"] = replace(op, candidates={**op.candidates, name: cand})
     return replace(catalog, ops=ops)

@@ -35,29 +35,44 @@ def _generator(seed: int, *salt: str) -> torch.Generator:
     return torch.Generator().manual_seed((seed * 1_000_003 + key) % (2**63))
 
 
+DRAW_CHUNK_ELEMENTS = 1 << 22  # float64 working set of one chunk: 32 MiB
+
+
 def draw_float(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: torch.Generator):
-    """``rows x inner`` values of a distribution, rounded once to ``dtype`` (CPU)."""
-    shape = (rows, *inner)
+    """``rows x inner`` values of a distribution, rounded once to ``dtype`` (CPU).
+
+    Drawn in row chunks so that 4096 Qwen3-vocab rows never hold a float64 copy.
+    """
     tdt = dtypes.torch_dtype(dtype)
+    if dist not in DISTRIBUTIONS:
+        raise ValueError(f"unknown distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}")
+    out = torch.empty((rows, *inner), dtype=tdt)
+    step = max(1, DRAW_CHUNK_ELEMENTS // max(1, math.prod(inner)))
+    for start in range(0, rows, step):
+        n = min(step, rows - start)
+        out[start : start + n] = _draw_rows(n, inner, dist, dtype, gen).to(tdt)
+    return out
+
+
+def _draw_rows(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: torch.Generator):
+    shape = (rows, *inner)
+    per_row = (rows, *([1] * len(inner)))
     if dist in ("normal", "masked"):
-        x = torch.randn(shape, generator=gen, dtype=torch.float64)
-    elif dist == "large":
+        return torch.randn(shape, generator=gen, dtype=torch.float64)
+    if dist == "large":
         offset, spread = {"fp32": (1e4, 3.0), "bf16": (1e4, 200.0), "fp16": (6.0e4, 600.0)}[dtype]
         sign = torch.randint(0, 2, (rows,), generator=gen).to(torch.float64) * 2 - 1
-        noise = torch.randn(shape, generator=gen, dtype=torch.float64) * spread
-        x = sign.view(rows, *([1] * len(inner))) * offset + noise
-        limit = torch.finfo(tdt).max
-        x = x.clamp(-limit, limit)
-    elif dist == "equal":
+        x = torch.randn(shape, generator=gen, dtype=torch.float64).mul_(spread)
+        x.add_(sign.view(per_row) * offset)
+        limit = torch.finfo(dtypes.torch_dtype(dtype)).max
+        return x.clamp_(-limit, limit)
+    if dist == "equal":
         c = torch.randn((rows,), generator=gen, dtype=torch.float64) * 4
-        x = c.view(rows, *([1] * len(inner))).expand(shape).clone()
-    elif dist == "heavy":
-        z = torch.randn(shape, generator=gen, dtype=torch.float64)
-        u = torch.rand(shape, generator=gen, dtype=torch.float64).clamp_min(1e-300)
-        x = (z / torch.sqrt(-torch.log(u))).clamp(-20, 20)
-    else:
-        raise ValueError(f"unknown distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}")
-    return x.to(tdt)
+        return c.view(per_row).expand(shape)
+    # heavy: Student-t with 2 degrees of freedom, z / sqrt(chi2_2 / 2), chi2_2 = -2 log u
+    z = torch.randn(shape, generator=gen, dtype=torch.float64)
+    u = torch.rand(shape, generator=gen, dtype=torch.float64).clamp_min_(1e-300)
+    return z.div_(u.log_().neg_().sqrt_()).clamp_(-20, 20)
 
 
 def inner_shape(op: OpSpec, spec: InputSpec, sizes: dict[str, int]) -> tuple[int, ...]:
@@ -112,17 +127,25 @@ def _mask(op: OpSpec, tensors: dict[str, torch.Tensor], seed: int, salt: str) ->
         if spec.values != "case":
             continue
         x = tensors[spec.name]
+        if x.dim() == 0 or x.numel() == 0:
+            continue
         gen = _generator(seed, "mask", spec.name, salt)
-        mask = torch.rand(x.shape, generator=gen) < MASKED_FRACTION
-        mask[..., 0] = False  # never a fully masked row
-        for idx in op.inputs:
-            if idx.index_into == spec.name:
-                t = tensors[idx.name]
-                valid = (t >= 0) & (t < x.shape[-1])
+        rows = x.reshape(-1, x.shape[-1])
+        selectors = [tensors[i.name].reshape(-1) for i in op.inputs if i.index_into == spec.name]
+        step = max(1, DRAW_CHUNK_ELEMENTS // x.shape[-1])
+        for start in range(0, rows.shape[0], step):
+            chunk = rows[start : start + step]
+            mask = torch.rand(chunk.shape, generator=gen) < MASKED_FRACTION
+            mask[:, 0] = False  # never a fully masked row
+            for t in selectors:
+                if t.numel() != rows.shape[0]:
+                    continue
+                sel = t[start : start + step]
+                valid = (sel >= 0) & (sel < x.shape[-1])
                 spare = torch.zeros_like(mask)
-                spare.scatter_(-1, t.clamp(0, x.shape[-1] - 1).unsqueeze(-1), valid.unsqueeze(-1))
+                spare.scatter_(-1, sel.clamp(0, x.shape[-1] - 1).unsqueeze(-1), valid.unsqueeze(-1))
                 mask &= ~spare
-        x[mask] = float("-inf")
+            chunk[mask] = float("-inf")
 
 
 def make_upstream(shape: tuple[int, ...], dtype: torch.dtype, seed: int, salt: str = ""):

@@ -24,6 +24,10 @@ class CandidateFault(Exception):
     """The candidate raised (or ran out of memory); the check's status is ``error``."""
 
 
+class WrongOutput(CandidateFault):
+    """The candidate returned something other than the op's outputs: a ``contract`` fail."""
+
+
 @dataclass
 class Outcome:
     status: str  # pass | fail | error | skip
@@ -70,14 +74,8 @@ class CaseContext:
         try:
             with torch.no_grad():
                 out = self.fn(**inputs)
-        except (torch.OutOfMemoryError, MemoryError) as exc:
-            raise CandidateFault(
-                f"out of memory: {type(exc).__name__}: {_first_line(exc)}"
-            ) from None
         except Exception as exc:
-            raise CandidateFault(
-                f"candidate raised {type(exc).__name__}: {_first_line(exc)}"
-            ) from None
+            raise _fault(exc, "candidate raised") from None
         return self.outputs_list(out)
 
     def call_backward(
@@ -90,6 +88,11 @@ class CaseContext:
         try:
             with torch.enable_grad():
                 outs = self.outputs_list(self.fn(**args))
+                for i, (o, u) in enumerate(zip(outs, upstream)):
+                    if tuple(o.shape) != tuple(u.shape):
+                        raise WrongOutput(
+                            f"output {i} shape {tuple(o.shape)} != expected {tuple(u.shape)}"
+                        )
                 wrt = [args[n] for n in self.op.grad_inputs]
                 grads = torch.autograd.grad(
                     outs,
@@ -99,14 +102,8 @@ class CaseContext:
                 )
         except CandidateFault:
             raise
-        except (torch.OutOfMemoryError, MemoryError) as exc:
-            raise CandidateFault(
-                f"out of memory: {type(exc).__name__}: {_first_line(exc)}"
-            ) from None
         except Exception as exc:
-            raise CandidateFault(
-                f"candidate backward raised {type(exc).__name__}: {_first_line(exc)}"
-            ) from None
+            raise _fault(exc, "candidate backward raised") from None
         result = {}
         for name, g in zip(self.op.grad_inputs, grads):
             if g is None:
@@ -115,10 +112,13 @@ class CaseContext:
         return [o.detach() for o in outs], result
 
     def outputs_list(self, out) -> list[torch.Tensor]:
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        if len(outs) != len(self.op.outputs) or not all(isinstance(o, torch.Tensor) for o in outs):
+        want = len(self.op.outputs)
+        outs = (
+            list(out) if isinstance(out, tuple) or (want > 1 and isinstance(out, list)) else [out]
+        )
+        if len(outs) != want or not all(isinstance(o, torch.Tensor) for o in outs):
             got = ", ".join(type(o).__name__ for o in outs)
-            raise CandidateFault(
+            raise WrongOutput(
                 f"candidate returned ({got}); expected {len(self.op.outputs)} tensor(s) "
                 f"({', '.join(o.name for o in self.op.outputs)})"
             )
@@ -261,6 +261,19 @@ class Check:
 
     def outcome(self) -> Outcome:
         raise NotImplementedError
+
+
+_OOM_TEXT = ("out of memory", "not enough memory", "failed to allocate", "can't allocate memory")
+
+
+def _fault(exc: Exception, what: str) -> CandidateFault:
+    """A candidate's exception as a fault; running out of memory is named as such."""
+    text = _first_line(exc)
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(
+        t in text.lower() for t in _OOM_TEXT
+    ):
+        return CandidateFault(f"out of memory: {type(exc).__name__}: {text}")
+    return CandidateFault(f"{what} {type(exc).__name__}: {text}")
 
 
 def _first_line(exc: BaseException) -> str:

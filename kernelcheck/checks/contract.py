@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelcheck.checks.base import CandidateFault, Check, Outcome, Trial
+from kernelcheck.checks.base import Check, Outcome, Trial, WrongOutput
 from kernelcheck.checks.metrics import bits, first_bit_difference
 from kernelcheck.spec.load import eval_dim_expr
 
@@ -34,7 +34,7 @@ class Contract(Check):
         for part in (self._types, self._out_of_range, self._empty, self._strided):
             try:
                 part(trial)
-            except CandidateFault as exc:
+            except WrongOutput as exc:
                 self.problems.append(f"{part.__name__.strip('_')}: {exc}")
 
     def _types(self, trial: Trial) -> None:

@@ -1,0 +1,602 @@
+"""Time an op's candidates side by side and relate their speed to the memory bandwidth.
+
+This is the library behind ``kernelcheck bench``; nothing here prints.
+
+Method (after Triton's ``do_bench``, adapted to also serve the CPU and the NPU):
+
+- forward only, under ``torch.no_grad()``;
+- a few warm-up calls per candidate (first-call costs: imports, library loading,
+  allocator growth, kernel caches);
+- then the candidates are timed *interleaved*, one call of each in turn with the order
+  rotated every round, so a slow drift of the machine (frequency, other load) falls on
+  all of them alike: that is what "side by side in one run" means here;
+- each timed call reads an input set that the previous call did not touch: a small pool
+  of distinct seeded sets is generated up front and rotated, and, where a set is small
+  enough to sit in a cache, the cache is flushed by writing a large buffer before the
+  call (outside the timed region). On CUDA the L2 is flushed before every call;
+- on the CPU a call is timed with ``time.perf_counter_ns``; on CUDA with a pair of
+  ``torch.cuda.Event(enable_timing=True)`` around it, read after a synchronize; on the
+  NPU with a synchronize before and after and ``perf_counter_ns``;
+- each candidate gets at least ``reps`` timed calls and at least ``min_time_s`` of timed
+  calls (estimated from the warm-up), at most ``max_reps``;
+- the report gives the median, p10, p90 and min of the timed calls.
+
+Bandwidth counts the bytes the op must move at the least: each input read once plus
+each output written once (for ``logp``: logits ``numel * element_size``, targets
+``numel * 8``, output ``numel * 4``), divided by the median time. The peak it is
+compared with is measured on the CPU (a streaming read of a large buffer) and taken
+from a table by device name on a GPU or NPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+
+import torch
+
+from kernelcheck import candidates, dtypes
+from kernelcheck.candidates import devices
+from kernelcheck.cases.inputs import make_inputs
+from kernelcheck.errors import UsageError
+from kernelcheck.spec.load import Catalog
+from kernelcheck.spec.model import OpSpec
+
+DEFAULT_REPS = 20
+DEFAULT_WARMUP = 3
+DEFAULT_MIN_TIME_S = 1.0
+DEFAULT_MAX_REPS = 1000
+POOL_MAX = 3  # distinct input sets rotated between timed calls
+BASELINE = "torch"  # ratios are against this candidate when it ran, else the fastest
+
+MIB = 1024 * 1024
+GPU_FLUSH_BYTES = 256 * MIB  # well above the L2 of any current GPU (H100/H200: 50 MiB)
+
+# Peak memory bandwidth in bytes/s by device name, first match wins (case-insensitive
+# substring), so a name that contains another (GH200 > H200 > H20, A100 > A10, L40 > L4)
+# comes first. Vendor data-sheet figures.
+GPU_PEAK_BANDWIDTH: tuple[tuple[str, float, str], ...] = (
+    ("GB200", 8.0e12, "NVIDIA GB200 (HBM3e), 8.0 TB/s"),
+    ("B200", 8.0e12, "NVIDIA B200 (HBM3e), 8.0 TB/s"),
+    ("B100", 8.0e12, "NVIDIA B100 (HBM3e), 8.0 TB/s"),
+    ("GH200 144G", 4.9e12, "NVIDIA GH200 144GB HBM3e, 4.9 TB/s"),
+    ("GH200", 4.0e12, "NVIDIA GH200 96GB HBM3, 4.0 TB/s"),
+    ("H200", 4.8e12, "NVIDIA H200 (HBM3e), 4.8 TB/s"),
+    ("H20", 4.0e12, "NVIDIA H20 (HBM3), 4.0 TB/s"),
+    ("H100 NVL", 3.9e12, "NVIDIA H100 NVL, 3.9 TB/s"),
+    ("H100 PCIe", 2.0e12, "NVIDIA H100 PCIe, 2.0 TB/s"),
+    ("H100 SXM", 3.35e12, "NVIDIA H100 SXM, 3.35 TB/s"),
+    ("H100 80GB HBM3", 3.35e12, "NVIDIA H100 SXM (80GB HBM3), 3.35 TB/s"),
+    ("H800", 3.35e12, "NVIDIA H800 SXM, 3.35 TB/s"),
+    ("A100-SXM4-80GB", 2.039e12, "NVIDIA A100 SXM 80GB, 2.039 TB/s"),
+    ("A100 80GB PCIe", 1.935e12, "NVIDIA A100 PCIe 80GB, 1.935 TB/s"),
+    ("A100-PCIE-80GB", 1.935e12, "NVIDIA A100 PCIe 80GB, 1.935 TB/s"),
+    ("A100", 1.555e12, "NVIDIA A100 40GB, 1.555 TB/s"),
+    ("A800", 2.039e12, "NVIDIA A800 80GB, 2.039 TB/s"),
+    ("A10G", 0.6e12, "NVIDIA A10G, 600 GB/s"),
+    ("A10", 0.6e12, "NVIDIA A10, 600 GB/s"),
+    ("L40S", 0.864e12, "NVIDIA L40S, 864 GB/s"),
+    ("L40", 0.864e12, "NVIDIA L40, 864 GB/s"),
+    ("L4", 0.3e12, "NVIDIA L4, 300 GB/s"),
+    ("RTX 4090", 1.008e12, "NVIDIA GeForce RTX 4090, 1.008 TB/s"),
+    ("V100", 0.9e12, "NVIDIA V100 (HBM2), 900 GB/s"),
+    ("T4", 0.32e12, "NVIDIA T4, 320 GB/s"),
+    ("MI300X", 5.3e12, "AMD Instinct MI300X, 5.3 TB/s"),
+    ("MI250X", 3.2e12, "AMD Instinct MI250X, 3.2 TB/s"),
+)
+NPU_PEAK_BANDWIDTH: tuple[tuple[str, float, str], ...] = (
+    ("910B", 1.6e12, "Ascend 910B (HBM2e), ~1.6 TB/s"),
+    ("910", 1.2e12, "Ascend 910 (HBM2), ~1.2 TB/s"),
+)
+
+
+@dataclass
+class BenchResult:
+    """One candidate x dtype x shape. Times are seconds; ``None`` when the candidate erred."""
+
+    op: str
+    candidate: str
+    implementation: str
+    device: str
+    dtype: str
+    shape: dict
+    median_s: float | None = None
+    p10_s: float | None = None
+    p90_s: float | None = None
+    min_s: float | None = None
+    reps: int = 0
+    bytes: int = 0
+    gbps: float | None = None
+    fraction_of_peak: float | None = None
+    baseline: str | None = None  # the candidate the ratio is against (torch, else fastest)
+    speedup_vs_baseline: float | None = None  # baseline median / this median (> 1: faster)
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class BenchReport:
+    op: str
+    device: str
+    device_name: str
+    peak_bandwidth_bytes_per_s: float | None
+    peak_source: str
+    results: list[BenchResult] = field(default_factory=list)
+    environment: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def errored(self) -> bool:
+        return any(r.error for r in self.results)
+
+
+# ---------------------------------------------------------------------------- peak bandwidth
+
+
+def gpu_peak_from_name(name: str) -> tuple[float | None, str]:
+    """The data-sheet bandwidth of a GPU by (a substring of) its name, else None and why."""
+    low = name.lower()
+    for key, bw, what in GPU_PEAK_BANDWIDTH:
+        if key.lower() in low:
+            return bw, f"table: {what} (device {name!r})"
+    return None, f"no bandwidth table entry for GPU {name!r}"
+
+
+def npu_peak_from_name(name: str) -> tuple[float | None, str]:
+    low = name.lower()
+    for key, bw, what in NPU_PEAK_BANDWIDTH:
+        if key.lower() in low:
+            return bw, f"table: {what} (device {name!r})"
+    return None, f"no bandwidth table entry for NPU {name!r}"
+
+
+def peak_bandwidth(device: str) -> tuple[float | None, str]:
+    """Peak memory bandwidth of ``device`` in bytes/s and where the figure came from.
+
+    cpu: measured here once per process (a streaming read, :func:`measure_cpu_read_bandwidth`);
+    cuda / npu: the table by device name; None with the reason when it is not known.
+    """
+    if device == "cpu":
+        return _cpu_peak()
+    if device == "cuda":
+        try:
+            name = torch.cuda.get_device_name(0)
+        except Exception as exc:
+            return None, f"GPU name not readable: {exc}"
+        return gpu_peak_from_name(name)
+    if device == "npu":
+        try:
+            name = torch.npu.get_device_name(0)
+        except Exception as exc:
+            return None, f"NPU name not readable: {exc}"
+        return npu_peak_from_name(name)
+    return None, f"no bandwidth figure for device {device!r}"
+
+
+@lru_cache(maxsize=1)
+def _cpu_peak() -> tuple[float | None, str]:
+    try:
+        bw, nbytes = measure_cpu_read_bandwidth()
+    except (RuntimeError, MemoryError) as exc:
+        return None, f"streaming read failed: {exc}"
+    return bw, (
+        f"measured streaming read ({nbytes // MIB} MiB fp32, best of sum/amax, "
+        f"{torch.get_num_threads()} threads)"
+    )
+
+
+def measure_cpu_read_bandwidth(
+    nbytes: int | None = None, runs: int = 5, min_bytes: int = 64 * MIB
+) -> tuple[float, int]:
+    """Bytes/s of a read-only reduction over a large buffer: (best rate, buffer size).
+
+    512 MiB (or a sixteenth of the available memory, if less): far beyond any last-level
+    cache, so the rate is the memory's. Full reductions (``sum``, ``amax``) read every
+    element once and write nothing, on torch's intra-op threads, like a row-wise kernel.
+    The best of ``runs`` of each is kept: interference only ever slows a run down.
+    """
+    if nbytes is None:
+        avail = _available_memory()
+        nbytes = 512 * MIB if avail is None else min(512 * MIB, max(min_bytes, avail // 16))
+    numel = max(1, nbytes // 4)
+    buf = torch.ones(numel, dtype=torch.float32)  # written once: every page is mapped
+    best = math.inf
+    with torch.no_grad():
+        for reduce in (torch.sum, torch.amax):
+            reduce(buf)  # warm-up
+            for _ in range(runs):
+                t0 = time.perf_counter_ns()
+                reduce(buf)
+                best = min(best, (time.perf_counter_ns() - t0) * 1e-9)
+    del buf
+    return numel * 4 / best, numel * 4
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _cpu_last_level_cache() -> int:
+    """Bytes of the largest CPU cache (sysfs), 64 MiB when it cannot be read."""
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(base):
+            try:
+                with open(os.path.join(base, entry, "size")) as fh:
+                    text = fh.read().strip().upper()
+            except OSError:
+                continue
+            mult = {"K": 1024, "M": MIB, "G": 1024 * MIB}.get(text[-1:], 1)
+            digits = text.rstrip("KMG")
+            if digits.isdigit():
+                best = max(best, int(digits) * mult)
+    except OSError:
+        pass
+    return best or 64 * MIB
+
+
+def device_name(device: str) -> str:
+    try:
+        if device == "cuda":
+            return torch.cuda.get_device_name(0)
+        if device == "npu":
+            return torch.npu.get_device_name(0)
+    except Exception as exc:
+        return f"unknown ({exc})"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+# ---------------------------------------------------------------------------- timing
+
+
+def model_bytes(op: OpSpec, inputs: dict[str, torch.Tensor], sizes: dict[str, int]) -> int:
+    """Each input read once plus each output written once, in the spec's dtypes."""
+    total = sum(t.numel() * t.element_size() for t in inputs.values())
+    for out in op.outputs:
+        numel = math.prod(sizes[d] for d in out.shape if d in sizes)
+        if out.dtype.startswith("like:"):
+            itemsize = inputs[out.dtype.removeprefix("like:")].element_size()
+        else:
+            itemsize = torch.empty((), dtype=dtypes.FIXED_DTYPES[out.dtype]).element_size()
+        total += numel * itemsize
+    return total
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_values:
+        raise ValueError("no values")
+    pos = q * (len(sorted_values) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+class _Timer:
+    """Times one call on a device; ``flush`` runs before the call, outside the timed region."""
+
+    def __init__(self, device: str, flush_bytes: int):
+        self.device = device
+        tdev = devices.torch_device(device)
+        self._flush_buf = (
+            torch.empty(flush_bytes // 4, dtype=torch.int32, device=tdev) if flush_bytes else None
+        )
+        self._pending: list[tuple[object, object]] = []  # cuda: (start, end) events
+
+    def flush(self) -> None:
+        if self._flush_buf is not None:
+            self._flush_buf.zero_()
+
+    def time_call(self, fn: Callable[[], object]) -> float | None:
+        """Seconds of one call; None on CUDA, where :meth:`collect` reads the events later."""
+        if self.device == "cuda":
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            self._pending.append((start, end))
+            return None
+        if self.device == "npu":
+            devices.synchronize("npu")
+            t0 = time.perf_counter_ns()
+            fn()
+            devices.synchronize("npu")
+            return (time.perf_counter_ns() - t0) * 1e-9
+        t0 = time.perf_counter_ns()
+        fn()
+        return (time.perf_counter_ns() - t0) * 1e-9
+
+    def discard(self) -> None:
+        self._pending.clear()
+
+    def collect(self) -> list[float]:
+        """CUDA: synchronize, then the elapsed seconds of the calls timed since last collect."""
+        devices.synchronize(self.device)
+        out = [s.elapsed_time(e) * 1e-3 for s, e in self._pending]
+        self._pending.clear()
+        return out
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _pool_size(set_bytes: int, device: str, pool_max: int) -> int:
+    """How many distinct input sets fit: a quarter of the free (host or device) memory."""
+    if device == "cuda":
+        try:
+            free = torch.cuda.mem_get_info()[0]
+        except Exception:
+            free = None
+    else:
+        free = _available_memory()
+    if free is None or set_bytes <= 0:
+        return pool_max
+    return max(1, min(pool_max, int(free // 4 // set_bytes)))
+
+
+def _make_pool(op: OpSpec, sizes: dict, dtype: str, device: str, n: int, first: dict) -> list[dict]:
+    """``n`` input sets on the device: ``first`` (seed 0), then seeds 1 .. n-1."""
+    tdev = devices.torch_device(device)
+    pool = [{k: v.to(tdev) for k, v in first.items()}]
+    for seed in range(1, n):
+        cpu_inputs = make_inputs(op, sizes, dtype, seed, "normal")
+        pool.append({k: v.to(tdev) for k, v in cpu_inputs.items()})
+        del cpu_inputs
+    return pool
+
+
+def bench(
+    catalog: Catalog,
+    op: str,
+    candidate_names: Iterable[str] | None = None,
+    device: str = "auto",
+    dtype_names: Iterable[str] | str | None = None,
+    shape: dict[str, int] | None = None,
+    warmup: int = DEFAULT_WARMUP,
+    reps: int = DEFAULT_REPS,
+    min_time_s: float = DEFAULT_MIN_TIME_S,
+    max_reps: int = DEFAULT_MAX_REPS,
+    pool_max: int = POOL_MAX,
+    on_progress: Callable[[str], None] | None = None,
+) -> BenchReport:
+    """Time every runnable candidate (or the named ones) at each dtype x shape.
+
+    Names, devices, dtypes and shapes are validated exactly as ``kernelcheck run`` does
+    (:func:`kernelcheck.api.plan`; raises :class:`UsageError`). A candidate that cannot be
+    imported or raises is reported with ``error`` set; it never stops the others.
+    """
+    from kernelcheck import api
+    from kernelcheck.results import environment
+
+    if warmup < 0:
+        raise UsageError(f"--warmup: expected an integer >= 0, got {warmup}")
+    if reps < 1:
+        raise UsageError(f"--reps: expected an integer >= 1, got {reps}")
+    plan = api.plan(
+        catalog,
+        op,
+        candidate_names=candidate_names,
+        device=device,
+        dtype_names=dtype_names,
+        shape=shape,
+        check_names=None,
+        check_grad=False,
+    )
+    dev = plan.device
+    if not plan.cases:
+        why = "; ".join(f"{k}: {v}" for k, v in plan.unavailable.items()) or "none declared"
+        raise UsageError(f"no candidate of {op} can run on {dev} ({why})")
+    peak, source = peak_bandwidth(dev)
+    env = environment()
+    env.update(device_name=device_name(dev), torch_threads=torch.get_num_threads())
+    report = BenchReport(
+        plan.op.name,
+        dev,
+        env["device_name"],
+        peak,
+        source,
+        environment=env,
+        settings={
+            "warmup": warmup,
+            "reps": reps,
+            "min_time_s": min_time_s,
+            "max_reps": max_reps,
+            "baseline": f"{BASELINE} when it ran, else the fastest",
+            "unavailable": dict(plan.unavailable),
+        },
+    )
+
+    # Group the plan's cases by (dtype, shape), keeping the plan's order.
+    groups: dict[tuple, list] = {}
+    for case in plan.cases:
+        groups.setdefault((case.dtype, case.shape), []).append(case.candidate)
+    for (dtype, shape_items), names in groups.items():
+        sizes = dict(shape_items)
+        if on_progress:
+            on_progress(f"{dtype} {'x'.join(str(v) for v in sizes.values())}: {', '.join(names)}")
+        results = _bench_group(
+            plan.op, names, dev, dtype, sizes, warmup, reps, min_time_s, max_reps, pool_max, peak
+        )
+        _set_ratios(results)
+        report.results.extend(results)
+    return report
+
+
+def _bench_group(
+    op: OpSpec,
+    names: list[str],
+    dev: str,
+    dtype: str,
+    sizes: dict,
+    warmup: int,
+    reps: int,
+    min_time_s: float,
+    max_reps: int,
+    pool_max: int,
+    peak: float | None,
+) -> list[BenchResult]:
+    results = {
+        n: BenchResult(op.name, n, op.candidates[n].callable, dev, dtype, dict(sizes))
+        for n in names
+    }
+    fns: dict[str, Callable] = {}
+    for n in names:
+        try:
+            loaded = candidates.load(op.candidates[n])
+        except Exception as exc:
+            results[n].error = f"import failed: {_error_text(exc)}"
+            continue
+        results[n].implementation = loaded.implementation
+        fns[n] = loaded.fn
+
+    first = make_inputs(op, sizes, dtype, 0, "normal")
+    set_bytes = sum(t.numel() * t.element_size() for t in first.values())
+    nbytes = model_bytes(op, first, sizes)
+    for r in results.values():
+        r.bytes = nbytes
+    # Distinct input sets, rotated so no timed call reads the set the previous call just
+    # read. At N=512, V=151936 one fp32 set is 311 MB, several times any CPU's last-level
+    # cache, so a set is evicted long before it comes round again; small sets could sit in
+    # a cache, so then a flush buffer (twice the cache) is written before every call.
+    # When only one set fits in memory it is necessarily far larger than any cache.
+    pool_n = _pool_size(set_bytes, dev, pool_max)
+    pool = _make_pool(op, sizes, dtype, dev, pool_n, first)
+    del first
+    if dev == "cuda":
+        flush_bytes = GPU_FLUSH_BYTES
+    elif dev == "cpu":
+        llc = _cpu_last_level_cache()
+        flush_bytes = min(256 * MIB, 2 * llc) if set_bytes < 2 * llc else 0
+    else:
+        flush_bytes = 0  # npu: no portable flush; the rotating pool still applies
+    timer = _Timer(dev, flush_bytes)
+    calls = 0
+
+    def call(n: str, timed: bool) -> float | None:
+        nonlocal calls
+        inputs = pool[calls % len(pool)]
+        calls += 1
+        timer.flush()
+        fn = fns[n]
+        if timed:
+            return timer.time_call(lambda: fn(**inputs))
+        fn(**inputs)
+        return None
+
+    flush_s = 0.0
+    if flush_bytes:
+        timer.flush()
+        devices.synchronize(dev)
+        t0 = time.perf_counter_ns()
+        timer.flush()
+        devices.synchronize(dev)
+        flush_s = (time.perf_counter_ns() - t0) * 1e-9
+    samples: dict[str, list[float]] = {n: [] for n in fns}
+    targets: dict[str, int] = {}
+    with torch.no_grad():
+        # Warm-up, and an estimate of one call's time from the last warm-up calls.
+        for n in list(fns):
+            try:
+                for _ in range(warmup):
+                    call(n, timed=False)
+                est = []
+                for _ in range(2):
+                    t = call(n, timed=True)
+                    est.extend([t] if t is not None else timer.collect())
+            except Exception as exc:
+                results[n].error = _error_text(exc)
+                timer.discard()
+                del fns[n]
+                continue
+            # min_time_s bounds the loop's wall time, flushes included: a tiny call
+            # after a 100 MiB flush must not run max_reps times for 1 ms of timing.
+            per_rep = max(min(est), 1e-7) + flush_s
+            targets[n] = min(max_reps, max(reps, math.ceil(min_time_s / per_rep)))
+        # Interleaved timed calls, the candidates' order rotated every round.
+        order = [n for n in names if n in fns]
+        rounds = max(targets.values(), default=0)
+        for i in range(rounds):
+            k = i % len(order) if order else 0
+            for n in order[k:] + order[:k]:
+                if n not in fns or len(samples[n]) >= targets[n]:
+                    continue
+                try:
+                    t = call(n, timed=True)
+                    if t is None:
+                        t = timer.collect()[0]
+                except Exception as exc:
+                    results[n].error = _error_text(exc)
+                    del fns[n]
+                    continue
+                samples[n].append(t)
+    pool.clear()  # free the input sets before the next dtype x shape
+
+    out = []
+    for n in names:
+        r = results[n]
+        ts = sorted(samples.get(n, []))
+        if r.error is None and ts:
+            r.reps = len(ts)
+            r.median_s = quantile(ts, 0.5)
+            r.p10_s = quantile(ts, 0.1)
+            r.p90_s = quantile(ts, 0.9)
+            r.min_s = ts[0]
+            if r.median_s > 0:
+                r.gbps = r.bytes / r.median_s / 1e9
+                if peak:
+                    r.fraction_of_peak = r.bytes / r.median_s / peak
+        elif r.error is None:
+            r.error = "no timed calls"
+        out.append(r)
+    return out
+
+
+def _set_ratios(results: list[BenchResult]) -> None:
+    """``speedup_vs_baseline`` = baseline median / median: torch if it ran, else the fastest."""
+    ok = [r for r in results if r.error is None and r.median_s]
+    if not ok:
+        return
+    base = next((r for r in ok if r.candidate == BASELINE), None)
+    if base is None:
+        base = min(ok, key=lambda r: r.median_s)
+    for r in ok:
+        r.baseline = base.candidate
+        r.speedup_vs_baseline = base.median_s / r.median_s
+
+
+__all__ = [
+    "BenchReport",
+    "BenchResult",
+    "bench",
+    "gpu_peak_from_name",
+    "measure_cpu_read_bandwidth",
+    "npu_peak_from_name",
+    "peak_bandwidth",
+]

@@ -1,0 +1,1 @@
+"""Commands of the ``kernelcheck`` CLI that live in their own modules."""

@@ -1,0 +1,94 @@
+"""``kernelcheck bench``: time an op's candidates side by side (see :mod:`kernelcheck.bench`).
+
+Registered in :mod:`kernelcheck.cli`; that module is imported lazily here, inside the
+command, because it imports this one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+BENCH_FORMATS = ("table", "json")
+
+
+def bench(
+    op: Annotated[str, typer.Option("--op", help="Operator to time, e.g. logp.")],
+    spec: Annotated[
+        Optional[list[Path]], typer.Option("--spec", help="Extra spec file (repeatable).")
+    ] = None,
+    candidate: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--candidate", help="Candidate name (repeatable); default: all that run here."
+        ),
+    ] = None,
+    device: Annotated[
+        str, typer.Option("--device", help="auto (cuda, then npu, then cpu), cpu, cuda or npu.")
+    ] = "auto",
+    dtype: Annotated[
+        Optional[str], typer.Option("--dtype", help="Comma-separated dtypes: fp32,bf16,fp16.")
+    ] = None,
+    batch: Annotated[Optional[int], typer.Option("--batch")] = None,
+    seq: Annotated[Optional[int], typer.Option("--seq")] = None,
+    vocab: Annotated[Optional[int], typer.Option("--vocab")] = None,
+    shape: Annotated[
+        Optional[str], typer.Option("--shape", help="Any op's dims: batch=64,vocab=10000.")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    reps: Annotated[
+        int, typer.Option("--reps", help="At least this many timed calls per candidate.")
+    ] = 20,
+    warmup: Annotated[
+        int, typer.Option("--warmup", help="Untimed calls per candidate before timing.")
+    ] = 3,
+    json_out: Annotated[
+        Optional[Path], typer.Option("--json-out", help="Also write the JSON report here.")
+    ] = None,
+) -> None:
+    """Time candidates side by side: median and spread, GB/s and the fraction of peak."""
+    from rich.console import Console
+
+    from kernelcheck import bench as lib
+    from kernelcheck.cli import _catalog, _fail, _parse_shape
+    from kernelcheck.errors import EXIT_FAILED, EXIT_OK, UsageError
+    from kernelcheck.report.bench import bench_to_json, render_bench_table
+    from kernelcheck.report.json_report import check_writable, write_atomic
+
+    err = Console(stderr=True)
+    progress = (
+        (lambda msg: err.print(f"timing {msg}", highlight=False)) if err.is_terminal else None
+    )
+    try:
+        if fmt not in BENCH_FORMATS:
+            raise UsageError(f"unknown format {fmt!r}; valid: {', '.join(BENCH_FORMATS)}")
+        if json_out is not None and (why := check_writable(json_out)):
+            raise UsageError(f"--json-out: {why}")
+        report = lib.bench(
+            _catalog(spec),
+            op,
+            candidate_names=candidate,
+            device=device,
+            dtype_names=dtype,
+            shape=_parse_shape(batch, seq, vocab, shape),
+            warmup=warmup,
+            reps=reps,
+            on_progress=progress,
+        )
+    except UsageError as exc:
+        _fail(str(exc))
+    text = bench_to_json(report)
+    if json_out is not None:
+        write_atomic(json_out, text + "\n")
+    if fmt == "json":
+        sys.stdout.write(text + "\n")
+    else:
+        out = Console(soft_wrap=False)
+        if not out.is_terminal and "COLUMNS" not in os.environ:
+            out = Console(soft_wrap=False, width=140)  # a log: keep the table's rows whole
+        render_bench_table(report, out)
+    raise typer.Exit(EXIT_FAILED if report.errored else EXIT_OK)

@@ -1,0 +1,124 @@
+"""``kernelcheck merge`` and ``kernelcheck diff``: typer shells over :mod:`kernelcheck.compare`.
+
+Registered in :mod:`kernelcheck.cli` with ``app.command()(merge)`` and ``app.command()(diff)``.
+Exit codes: 0 done (diff: no regression); 1 diff found a regression; 2 usage error (an
+unreadable file, not a kernelcheck report, a refused merge), printed as one line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from kernelcheck.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+
+DIFF_FORMATS = ("text", "json", "markdown")
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> None:
+    typer.echo(f"kernelcheck: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def read_report(path: Path) -> dict:
+    """A kernelcheck JSON report from ``path``; :class:`UsageError` saying why not."""
+    from kernelcheck.compare import validate_report
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not a kernelcheck JSON report (invalid JSON: {exc})") from None
+    return validate_report(data, str(path))
+
+
+def parse_metrics(text: str) -> tuple[str, ...]:
+    names = tuple(m.strip() for m in text.split(",") if m.strip())
+    for m in names:
+        if not m.replace("_", "").isalnum():
+            raise UsageError(f"--metrics: expected comma-separated metric names, got {text!r}")
+    return names
+
+
+def render(d, fmt: str) -> str:
+    """A :class:`kernelcheck.compare.Diff` as text, json or markdown."""
+    from kernelcheck.compare import render_diff, render_diff_markdown
+
+    if fmt == "json":
+        return json.dumps(d.to_dict(), indent=2, default=str) + "\n"
+    if fmt == "markdown":
+        return render_diff_markdown(d)
+    return render_diff(d)
+
+
+def merge(
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Write the merged JSON report here.")
+    ],
+    reports: Annotated[
+        list[Path], typer.Argument(help="JSON reports to merge (e.g. the N shards of a run).")
+    ],
+) -> None:
+    """Merge JSON reports (the shards of one run) into one; refuse overlapping or mismatched."""
+    from kernelcheck.compare import merge as merge_reports
+    from kernelcheck.report.json_report import check_writable, write_atomic
+
+    try:
+        if why := check_writable(output):
+            raise UsageError(f"--output: {why}")
+        loaded = [read_report(p) for p in reports]
+        merged = merge_reports(loaded, [str(p) for p in reports])
+    except UsageError as exc:
+        _fail(str(exc))
+    write_atomic(output, json.dumps(merged, indent=2, default=str))
+    s = merged["summary"]
+    counts = ", ".join(f"{v} {k}" for k, v in s["counts"].items() if v) or "no results"
+    verdict = "passed" if s["passed"] else "FAILED"
+    typer.echo(f"merged {len(reports)} report(s) into {output}: {counts} ({verdict})")
+    raise typer.Exit(EXIT_OK)
+
+
+def diff(
+    baseline: Annotated[Path, typer.Argument(help="The baseline JSON report.")],
+    new: Annotated[Path, typer.Argument(help="The new JSON report.")],
+    factor: Annotated[
+        float,
+        typer.Option("--factor", help="A metric regresses when it grows by more than this factor."),
+    ] = 2.0,
+    metrics: Annotated[
+        str, typer.Option("--metrics", help="Comma-separated metrics compared with --factor.")
+    ] = "max_abs,ratio",
+    floor: Annotated[
+        float,
+        typer.Option("--floor", help="Metric values at or below this never count as regressed."),
+    ] = 1e-9,
+    fmt: Annotated[str, typer.Option("--format", help="text, json or markdown.")] = "text",
+) -> None:
+    """List new failures, new passes, lost coverage and metric regressions; exit 1 on regression."""
+    from kernelcheck.compare import diff as diff_reports
+
+    try:
+        if fmt not in DIFF_FORMATS:
+            raise UsageError(f"unknown format {fmt!r}; valid: {', '.join(DIFF_FORMATS)}")
+        d = diff_reports(
+            read_report(baseline), read_report(new), factor, parse_metrics(metrics), floor
+        )
+    except UsageError as exc:
+        _fail(str(exc))
+    sys.stdout.write(render(d, fmt))
+    raise typer.Exit(EXIT_FAILED if d.regressed else EXIT_OK)
+
+
+__all__ = ["diff", "merge", "parse_metrics", "read_report", "render"]

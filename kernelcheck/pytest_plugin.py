@@ -1,0 +1,254 @@
+"""pytest plugin: one test item per case x check of a kernelcheck plan.
+
+Registered through the ``pytest11`` entry point, so it is loaded by every pytest run but
+does nothing unless ``--kernelcheck-spec`` is given::
+
+    pytest --kernelcheck-spec specs/logp.toml --kernelcheck-device cpu -k forward_accuracy -n auto
+
+Items are named ``f"{op}[{case.id}-{check}]"`` (``logp[torch-bf16-2x16x257-forward_invariance]``)
+under a ``kernelcheck`` collector, so ``-k``, ``-x``, ``--junitxml`` and pytest-xdist work
+as for any test. A failing item shows the CLI's one-line reason and its ``repro:``
+command, not a traceback. The plan is built in ``pytest_configure`` (a bad option is a
+``pytest.UsageError`` before anything runs) and is deterministic, so every xdist worker
+collects the same items in the same order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from kernelcheck.errors import UsageError
+
+_PLUGIN_NAME = "kernelcheck-session"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kernelcheck", "kernelcheck: verify compute kernels")
+    group.addoption(
+        "--kernelcheck-spec",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="kernelcheck spec file (repeatable): an op, or candidates added to one. "
+        "Without it the plugin does nothing.",
+    )
+    group.addoption(
+        "--kernelcheck-op",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Op to check (repeatable); default: the ops the spec files declare or extend.",
+    )
+    group.addoption(
+        "--kernelcheck-device",
+        default="auto",
+        metavar="DEVICE",
+        help="auto (cuda, then npu, then cpu), cpu, cuda or npu.",
+    )
+    group.addoption(
+        "--kernelcheck-candidate",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Candidate (repeatable or comma-separated); default: all that run here.",
+    )
+    group.addoption("--kernelcheck-dtype", default=None, metavar="DTYPES", help="e.g. fp32,bf16.")
+    group.addoption(
+        "--kernelcheck-shape",
+        default=None,
+        metavar="DIM=N,...",
+        help="One shape instead of the spec's grid, e.g. batch=2,seq=16,vocab=257.",
+    )
+    group.addoption(
+        "--kernelcheck-checks", default=None, metavar="NAMES", help="Comma-separated checks."
+    )
+    group.addoption(
+        "--kernelcheck-seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="One seed instead of the spec's.",
+    )
+    group.addoption(
+        "--kernelcheck-distributions",
+        default=None,
+        metavar="NAMES",
+        help="Comma-separated input distributions.",
+    )
+
+
+def parse_shape(text: str | None) -> dict[str, int] | None:
+    if not text:
+        return None
+    sizes: dict[str, int] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise UsageError(f"--kernelcheck-shape: expected dim=size[,dim=size...], got {text!r}")
+        try:
+            sizes[key.strip()] = int(value)
+        except ValueError:
+            raise UsageError(
+                f"--kernelcheck-shape: {key.strip()}: expected an integer, got {value!r}"
+            ) from None
+    return sizes
+
+
+def spec_ops(paths: list[Path]) -> list[str]:
+    """The ops the spec files declare or add candidates to, in file order."""
+    from kernelcheck.spec.load import read_toml
+
+    ops: list[str] = []
+    for path in paths:
+        name = read_toml(path).get("op")
+        if isinstance(name, str) and name not in ops:
+            ops.append(name)
+    return ops
+
+
+def build_plans(config: pytest.Config) -> list:
+    """One :class:`kernelcheck.api.Plan` per op; :class:`UsageError` for a bad option."""
+    from kernelcheck import api
+    from kernelcheck.spec import load_catalog
+    from kernelcheck.spec.load import builtin_spec_dir
+
+    paths = [Path(p) for p in config.getoption("kernelcheck_spec")]
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"--kernelcheck-spec: {path}: spec file not found")
+    # a built-in spec (specs/logp.toml) is already in the catalog: name it, do not load it twice
+    builtin = {p.resolve() for p in builtin_spec_dir().glob("*.toml")}
+    catalog = load_catalog([p for p in paths if p.resolve() not in builtin])
+    ops = config.getoption("kernelcheck_op") or spec_ops(paths)
+    if not ops:
+        raise UsageError("--kernelcheck-spec: the spec files name no op")
+    seed = config.getoption("kernelcheck_seed")
+    common = {
+        "candidate_names": config.getoption("kernelcheck_candidate") or None,
+        "device": config.getoption("kernelcheck_device"),
+        "dtype_names": config.getoption("kernelcheck_dtype"),
+        "shape": parse_shape(config.getoption("kernelcheck_shape")),
+        "check_names": config.getoption("kernelcheck_checks"),
+        "seeds": [seed] if seed is not None else None,
+        "distributions": config.getoption("kernelcheck_distributions"),
+    }
+    plans = []
+    for op in ops:
+        plan = api.plan(catalog, op, **common)
+        if not plan.cases:
+            why = "; ".join(f"{k}: {v}" for k, v in plan.unavailable.items())
+            raise UsageError(f"no candidate of {op} can run on {plan.device} ({why})")
+        plans.append(plan)
+    return plans
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not config.getoption("kernelcheck_spec", default=None):
+        return
+    try:
+        plans = build_plans(config)
+    except UsageError as exc:
+        raise pytest.UsageError(f"kernelcheck: {exc}") from None
+    config.pluginmanager.register(KernelcheckSession(plans), _PLUGIN_NAME)
+
+
+class KernelcheckSession:
+    """Registered only when ``--kernelcheck-spec`` is given: adds the planned items."""
+
+    def __init__(self, plans: list):
+        self.plans = plans
+
+    @pytest.hookimpl(tryfirst=True)  # before -k / -m deselection and xdist's ordering
+    def pytest_collection_modifyitems(
+        self, session: pytest.Session, config: pytest.Config, items: list
+    ) -> None:
+        collector = KernelcheckCollector.from_parent(
+            session, name="kernelcheck", nodeid="kernelcheck", plans=self.plans
+        )
+        # genitems reports the collection (collected N items, --collect-only) like any file's
+        items.extend(session.genitems(collector))
+
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
+        lines = []
+        for plan in self.plans:
+            n = sum(len(c.checks) for c in plan.cases)
+            lines.append(
+                f"kernelcheck: op {plan.op.name} v{plan.op.version} on {plan.device}: "
+                f"{len(plan.cases)} case(s), {n} item(s)"
+            )
+            lines.extend(
+                f"kernelcheck: candidate {k} unavailable: {v}" for k, v in plan.unavailable.items()
+            )
+        return lines
+
+
+class KernelcheckCollector(pytest.Collector):
+    """The session-level parent of every item: node ids read ``kernelcheck::logp[...]``."""
+
+    def __init__(self, *, plans: list, **kwargs):
+        super().__init__(**kwargs)
+        self.plans = plans
+
+    def collect(self):
+        for plan in self.plans:
+            for case in plan.cases:
+                for check in case.checks:
+                    yield KernelcheckItem.from_parent(
+                        self,
+                        name=f"{plan.op.name}[{case.id}-{check}]",
+                        plan=plan,
+                        case=dataclasses.replace(case, checks=(check,)),
+                        check=check,
+                    )
+
+
+class KernelcheckFailure(Exception):
+    """A failing result; shown as the CLI's one line plus its repro command."""
+
+    def __init__(self, result):
+        self.result = result
+        super().__init__(format_failure(result))
+
+
+def format_failure(result) -> str:
+    return (
+        f"{result.status.upper()} {result.case_id} {result.check}: {result.message}\n"
+        f"  repro: {result.repro}"
+    )
+
+
+class KernelcheckItem(pytest.Item):
+    def __init__(self, *, plan, case, check, **kwargs):
+        super().__init__(**kwargs)
+        self.plan = plan
+        self.case = case
+        self.check = check
+        self.result = None
+
+    def runtest(self) -> None:
+        from kernelcheck.runner import run_case
+
+        results = run_case(self.plan.op, self.case, self.plan.options)
+        self.result = next((r for r in results if r.check == self.check), None)
+        if self.result is None:
+            raise RuntimeError(f"kernelcheck: check {self.check} returned no result")
+        self.user_properties.append(("kernelcheck_status", self.result.status))
+        self.user_properties.append(("kernelcheck_repro", self.result.repro))
+        if self.result.status == "skip":
+            pytest.skip(self.result.message)
+        if self.result.status != "pass":
+            raise KernelcheckFailure(self.result)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, KernelcheckFailure):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self):
+        return self.plan.op.source, None, self.name
+
+
+__all__ = ["KernelcheckCollector", "KernelcheckItem", "format_failure"]

@@ -1,0 +1,123 @@
+"""Renderers of a :class:`~kernelcheck.bench.BenchReport`: a rich table and JSON."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from kernelcheck.bench import BenchReport, BenchResult
+
+# The keys of one JSON result: the issue's ten, then what explains them.
+RESULT_KEYS = (
+    "candidate",
+    "device",
+    "dtype",
+    "shape",
+    "median_s",
+    "p10_s",
+    "p90_s",
+    "bytes",
+    "gbps",
+    "fraction_of_peak",
+    "op",
+    "implementation",
+    "min_s",
+    "reps",
+    "baseline",
+    "speedup_vs_baseline",
+    "error",
+)
+TOP_KEYS = ("device", "peak_bandwidth_bytes_per_s", "peak_source", "environment", "results")
+
+
+def _shape(shape: dict) -> str:
+    return "x".join(str(v) for v in shape.values())
+
+
+def _ms(v: float | None) -> str:
+    return "" if v is None else f"{v * 1e3:.3f}"
+
+
+def result_dict(r: BenchResult) -> dict:
+    d = r.to_dict()
+    return {k: d[k] for k in RESULT_KEYS}
+
+
+def bench_to_dict(report: BenchReport) -> dict:
+    env = dict(report.environment)
+    env.setdefault("device_name", report.device_name)
+    env["bench_settings"] = dict(report.settings)
+    return {
+        "device": report.device,
+        "peak_bandwidth_bytes_per_s": report.peak_bandwidth_bytes_per_s,
+        "peak_source": report.peak_source,
+        "environment": env,
+        "results": [result_dict(r) for r in report.results],
+    }
+
+
+def bench_to_json(report: BenchReport) -> str:
+    return json.dumps(bench_to_dict(report), indent=2, default=str)
+
+
+def render_bench_table(report: BenchReport, console: Console) -> None:
+    """One table of every candidate x dtype x shape, then the peak's source and any errors."""
+    baselines = sorted({r.baseline for r in report.results if r.baseline})
+    speed_col = f"speed vs {baselines[0]}" if len(baselines) == 1 else "speed vs baseline"
+    table = Table(
+        title=f"{report.op} bench on {report.device} ({report.device_name})",
+        title_justify="left",
+    )
+    for col in ("candidate", "dtype", "shape", "median ms", "p10-p90 ms", "GB/s", "% of peak"):
+        table.add_column(col, justify="right" if "ms" in col or "/" in col else "left")
+    table.add_column(speed_col, justify="right")
+    table.add_column("reps", justify="right")
+    for r in report.results:
+        if r.error:
+            table.add_row(
+                r.candidate,
+                r.dtype,
+                _shape(r.shape),
+                "[bold magenta]error[/]",
+                "",
+                "",
+                "",
+                "",
+                "",
+            )
+            continue
+        speed = ""
+        if r.speedup_vs_baseline is not None:
+            speed = f"{r.speedup_vs_baseline:.2f}x"
+            if len(baselines) > 1:
+                speed += f" ({r.baseline})"
+        table.add_row(
+            r.candidate,
+            r.dtype,
+            _shape(r.shape),
+            _ms(r.median_s),
+            f"{_ms(r.p10_s)}-{_ms(r.p90_s)}",
+            "" if r.gbps is None else f"{r.gbps:.2f}",
+            "" if r.fraction_of_peak is None else f"{100 * r.fraction_of_peak:.1f}%",
+            speed,
+            str(r.reps),
+        )
+    console.print(table)
+    if report.peak_bandwidth_bytes_per_s:
+        peak = f"{report.peak_bandwidth_bytes_per_s / 1e9:.1f} GB/s"
+    else:
+        peak = "unknown"
+    console.print(f"peak bandwidth: {peak} ({report.peak_source})", highlight=False)
+    console.print(
+        "bytes = each input read once + each output written once; GB/s = bytes / median; "
+        f"speed = baseline median / median (baseline: {report.settings.get('baseline', '')})",
+        highlight=False,
+    )
+    for r in report.results:
+        if r.error:
+            console.print(
+                f"[bold magenta]error[/] {r.candidate} {r.dtype} {_shape(r.shape)}: {r.error}",
+                highlight=False,
+            )

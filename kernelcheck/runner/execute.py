@@ -1,0 +1,252 @@
+"""Run cases so that a faulty candidate never takes the run down.
+
+In process (the default for Python candidates), a per-case timeout is a SIGALRM that
+raises :class:`CaseTimeout` in the candidate's Python code. Isolated (the default for
+native candidates, ``--isolate`` for any), each candidate runs in a child process that
+is killed on timeout and restarted after a crash; a segfault, an abort or
+``os._exit`` becomes a ``crash`` result carrying the signal or exit code.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import threading
+import traceback
+from collections.abc import Iterator
+from dataclasses import replace
+
+from kernelcheck.cases.grid import Case
+from kernelcheck.checks.base import Outcome
+from kernelcheck.results import CheckResult
+from kernelcheck.runner.case import RunOptions, run_case
+from kernelcheck.runner.repro import repro_command
+from kernelcheck.spec.model import OpSpec
+
+_POLL_S = 0.1
+_STARTUP_S = 120.0
+
+
+class CaseTimeout(BaseException):
+    """Raised by the alarm inside a hanging in-process case (BaseException: a candidate's
+    ``except Exception`` must not swallow it)."""
+
+
+def fault_result(
+    op: OpSpec, case: Case, check: str, status: str, message: str, options: RunOptions
+) -> CheckResult:
+    seed = case.seeds[0] if case.seeds else None
+    outcome = Outcome(status, message, seed=seed)
+    return CheckResult(
+        op=case.op,
+        candidate=case.candidate,
+        device=case.device,
+        dtype=case.dtype,
+        shape=case.sizes,
+        check=check,
+        status=outcome.status,
+        case_id=case.id,
+        message=message,
+        seed=seed,
+        repro=repro_command(case, check, seed, None, options.user_specs, options.check_grad),
+    )
+
+
+def _fill(op, case, done: set[str], status: str, message: str, options) -> Iterator[CheckResult]:
+    for check in case.checks:
+        if check not in done:
+            yield fault_result(op, case, check, status, message, options)
+
+
+def run_in_process(
+    op: OpSpec, case: Case, options: RunOptions, timeout_s: float | None
+) -> Iterator[CheckResult]:
+    """Run one case here; a timeout (main thread only) turns the rest into ``timeout``."""
+    use_alarm = bool(timeout_s) and threading.current_thread() is threading.main_thread()
+    done: set[str] = set()
+    previous = None
+    if use_alarm:
+
+        def on_alarm(signum, frame):
+            raise CaseTimeout()
+
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        gen = run_case(op, case, options)
+        while True:
+            try:
+                res = next(gen)
+            except StopIteration:
+                break
+            done.add(res.check)
+            yield res
+    except CaseTimeout:
+        gen.close()
+        yield from _fill(
+            op,
+            case,
+            done,
+            "timeout",
+            f"case did not finish within {timeout_s:g} s (in process: candidate interrupted)",
+            options,
+        )
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def _child_main(conn) -> None:
+    """The isolated worker: run cases sent by the parent, send results back one by one."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
+    import torch  # noqa: F401 - imported before "ready", so start-up is not case time
+
+    conn.send(("ready", None))
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        op, case, options = task
+        try:
+            for res in run_case(op, case, options):
+                conn.send(("result", res.to_dict()))
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            conn.send(("fatal", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"))
+        conn.send(("done", None))
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "the worker process vanished"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"the candidate's process was killed by {name} (signal {-code})"
+    return f"the candidate's process exited with code {code}"
+
+
+class IsolatedWorker:
+    """One child process per candidate, reused across cases, restarted after a fault."""
+
+    def __init__(self) -> None:
+        self.proc: mp.process.BaseProcess | None = None
+        self.conn = None
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=_child_main, args=(child,), daemon=True, name="kernelcheck-worker"
+        )
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        # start-up (importing torch) is not the case's time: wait for the worker to be ready
+        if not parent.poll(_STARTUP_S) or parent.recv()[0] != "ready":
+            self.stop()
+            raise RuntimeError(f"the isolated worker did not start within {_STARTUP_S:g} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(5)
+        self.proc, self.conn = None, None
+
+    def run(
+        self, op: OpSpec, case: Case, options: RunOptions, timeout_s: float | None
+    ) -> Iterator[CheckResult]:
+        import time
+
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        self.conn.send((op, case, options))
+        deadline = time.monotonic() + timeout_s if timeout_s else None
+        done: set[str] = set()
+        while True:
+            wait = (
+                _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
+            )
+            ready = self.conn.poll(wait)
+            if ready:
+                try:
+                    kind, payload = self.conn.recv()
+                except (EOFError, OSError):
+                    ready, kind = False, "died"
+                if kind == "result":
+                    res = CheckResult.from_dict(payload)
+                    done.add(res.check)
+                    yield res
+                    continue
+                if kind == "done":
+                    return
+                if kind == "fatal":
+                    yield from _fill(
+                        op, case, done, "error", f"worker error: {payload.splitlines()[0]}", options
+                    )
+                    continue
+            if not self.proc.is_alive() or (ready and kind == "died"):
+                self.proc.join(1)
+                message = (
+                    f"{_describe_exit(self.proc.exitcode)} while running this case; "
+                    "the rest of the run goes on"
+                )
+                self.stop()
+                yield from _fill(op, case, done, "crash", message, options)
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                self.stop()
+                yield from _fill(
+                    op,
+                    case,
+                    done,
+                    "timeout",
+                    f"case did not finish within {timeout_s:g} s (isolated: the worker was killed)",
+                    options,
+                )
+                return
+
+
+def wants_isolation(op: OpSpec, case: Case, isolate: bool | None) -> bool:
+    """``--isolate``/``--no-isolate`` wins; else the candidate's ``isolate``; else native."""
+    if isolate is not None:
+        return isolate
+    cand = op.candidates[case.candidate]
+    return cand.isolate if cand.isolate is not None else cand.native
+
+
+class Executor:
+    """Routes each case in process or to its candidate's worker; owns the workers."""
+
+    def __init__(self, isolate: bool | None = None, timeout_s: float | None = None):
+        self.isolate = isolate
+        self.timeout_s = timeout_s
+        self.workers: dict[str, IsolatedWorker] = {}
+
+    def run(self, op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResult]:
+        timeout = self.timeout_s if self.timeout_s is not None else op.timeout_s
+        if wants_isolation(op, case, self.isolate):
+            worker = self.workers.setdefault(case.candidate, IsolatedWorker())
+            yield from worker.run(op, case, options, timeout)
+        else:
+            yield from run_in_process(op, case, options, timeout)
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+        self.workers.clear()
+
+
+__all__ = [
+    "CaseTimeout",
+    "Executor",
+    "IsolatedWorker",
+    "replace",
+    "run_in_process",
+    "wants_isolation",
+]

@@ -1,0 +1,268 @@
+"""Shrink a failing case: the smallest shape and simplest inputs that still fail the check.
+
+Starting from a failing result, the search reruns the one failing check on the one
+failing trial (its seed and distribution) and keeps a reduction only when the check
+still ends with the same status:
+
+1. rows: every lead dim to 1 (optional ones dropped first), else each lead dim halved,
+   then bisected towards the smallest size that still fails;
+2. the other dims (vocab): the classic small sizes 1, 2, 16, 257 below the current one,
+   else halving, then bisection;
+3. rows again if the vocab step made a smaller row count fail;
+4. the distribution, simplest first: normal, equal, heavy, masked, large.
+
+The search stops when ``budget_s`` is spent (checked before each attempt, so one attempt
+can run past it) and reports what it reached. A library function: nothing is printed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+
+from kernelcheck.cases.grid import Case
+from kernelcheck.results import CheckResult
+from kernelcheck.runner.case import RunOptions, run_case
+from kernelcheck.runner.repro import repro_command
+from kernelcheck.spec.load import Catalog
+
+SIMPLEST_FIRST = ("normal", "equal", "heavy", "masked", "large")
+CLASSIC_SIZES = (1, 2, 16, 257)
+
+
+@dataclass
+class ShrinkOutcome:
+    """Where the search got: the smallest failing case found and how to rerun it."""
+
+    original_case_id: str
+    check: str
+    status: str
+    original_shape: dict
+    shape: dict
+    distribution: str | None
+    seed: int | None
+    case_id: str
+    repro: str
+    original_repro: str
+    message: str = ""
+    attempts: int = 0
+    elapsed_s: float = 0.0
+    budget_s: float = 0.0
+    exhausted_budget: bool = False
+    reproduced: bool = True
+    steps: list[str] = field(default_factory=list)
+
+    @property
+    def shrunk(self) -> bool:
+        return self.case_id != self.original_case_id or bool(self.steps)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _Budget(Exception):
+    pass
+
+
+class _Search:
+    def __init__(self, op, check, status, options, budget_s):
+        self.op = op
+        self.check = check
+        self.status = status
+        self.options = options
+        self.budget_s = budget_s
+        self.t0 = time.perf_counter()
+        self.attempts = 0
+        self.exhausted = False
+        self.last: CheckResult | None = None
+        self.best: Case | None = None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def fails(self, case: Case) -> bool:
+        """True when ``case`` still fails the check with the same status."""
+        if self.elapsed() >= self.budget_s:
+            self.exhausted = True
+            raise _Budget
+        self.attempts += 1
+        res = next(
+            (r for r in run_case(self.op, case, self.options) if r.check == self.check), None
+        )
+        if res is not None and res.status == self.status:
+            self.last, self.best = res, case  # every stage keeps a case that still fails
+            return True
+        return False
+
+
+def _with_sizes(case: Case, sizes: dict[str, int]) -> Case:
+    """``case`` at ``sizes``, keeping the original dim order (a dim missing is dropped)."""
+    return replace(case, shape=tuple((k, sizes[k]) for k, _ in case.shape if k in sizes))
+
+
+def _minimize_dim(search: _Search, case: Case, dim: str, first_tries=()) -> Case:
+    """Smallest size of ``dim`` that still fails: quick tries, halving, then bisection."""
+    size = case.sizes[dim]
+    passing = 0  # the largest size known to pass (0: none known)
+    for s in first_tries:
+        if s >= size:
+            break
+        trial = _with_sizes(case, {**case.sizes, dim: s})
+        if search.fails(trial):
+            case, size = trial, s
+            break
+        passing = s
+    while size // 2 > passing:
+        trial = _with_sizes(case, {**case.sizes, dim: size // 2})
+        if not search.fails(trial):
+            passing = size // 2
+            break
+        case, size = trial, size // 2
+    # bisect between the largest passing and the smallest failing size, to within 1/8
+    while size - passing > max(1, size // 8):
+        mid = (passing + size) // 2
+        trial = _with_sizes(case, {**case.sizes, dim: mid})
+        if search.fails(trial):
+            case, size = trial, mid
+        else:
+            passing = mid
+    return case
+
+
+def _shrink_rows(search: _Search, case: Case) -> Case:
+    op = search.op
+    lead = [d for d in op.lead if d in case.sizes]
+    if not lead or all(case.sizes[d] == 1 for d in lead):
+        return case
+    optional = [d for d in lead if op.dims.get(d) is not None and op.dims[d].optional]
+    required = [d for d in lead if d not in optional]
+    one_row = []
+    if optional and required:
+        one_row.append(
+            _with_sizes(case, {d: 1 if d in required else v for d, v in _keep(case, optional)})
+        )
+    one_row.append(_with_sizes(case, {d: 1 if d in lead else v for d, v in case.sizes.items()}))
+    for trial in one_row:
+        if trial.sizes != case.sizes and search.fails(trial):
+            return trial
+    if optional and required:
+        trial = _with_sizes(case, dict(_keep(case, optional)))
+        if search.fails(trial):
+            case = trial
+    for d in [d for d in lead if d in case.sizes]:
+        case = _minimize_dim(search, case, d)
+    return case
+
+
+def _keep(case: Case, drop: list[str]):
+    return [(d, v) for d, v in case.sizes.items() if d not in drop]
+
+
+def _shrink_other_dims(search: _Search, case: Case) -> Case:
+    for d in [d for d in case.sizes if d not in search.op.lead]:
+        case = _minimize_dim(search, case, d, CLASSIC_SIZES)
+    return case
+
+
+def _shrink_distribution(search: _Search, case: Case) -> Case:
+    current = case.distributions[0] if case.distributions else None
+    order = list(SIMPLEST_FIRST)
+    if current not in order:
+        return case
+    for dist in order[: order.index(current)]:
+        trial = replace(case, distributions=(dist,))
+        if search.fails(trial):
+            return trial
+    return case
+
+
+def _rows(op, sizes: dict) -> int:
+    n = 1
+    for d in op.lead:
+        n *= sizes.get(d, 1)
+    return n
+
+
+def shrink(
+    catalog: Catalog,
+    op_name: str,
+    result: CheckResult | dict,
+    options: RunOptions,
+    budget_s: float = 60.0,
+) -> ShrinkOutcome:
+    """Search for the smallest failing variant of ``result``'s case; see the module doc."""
+    r = result if isinstance(result, CheckResult) else CheckResult.from_dict(result)
+    op = catalog.op(op_name)
+    seed = r.seed if r.seed is not None else (op.grid.seeds[0] if op.grid.seeds else 0)
+    dists = (r.distribution,) if r.distribution else tuple(op.grid.distributions)
+    original = Case(
+        op.name,
+        r.candidate,
+        r.device,
+        r.dtype,
+        tuple(r.shape.items()),
+        (seed,),
+        dists,
+        (r.check,),
+    )
+    search = _Search(op, r.check, r.status, options, budget_s)
+    steps: list[str] = []
+    reproduced = False
+    message = r.message
+    try:
+        reproduced = search.fails(original)
+        if reproduced:
+            if len(dists) > 1 and search.last.distribution:
+                search.best = replace(original, distributions=(search.last.distribution,))
+            _stage(_shrink_rows, search, steps)
+            if _stage(_shrink_other_dims, search, steps):
+                _stage(_shrink_rows, search, steps)
+            _stage(_shrink_distribution, search, steps)
+    except _Budget:
+        pass
+    best = search.best or original
+    if search.last is not None:
+        message = search.last.message
+    dist = best.distributions[0] if len(best.distributions) == 1 else r.distribution
+    return ShrinkOutcome(
+        original_case_id=original.id,
+        check=r.check,
+        status=r.status,
+        original_shape=dict(r.shape),
+        shape=best.sizes,
+        distribution=dist,
+        seed=seed,
+        case_id=best.id,
+        repro=repro_command(best, r.check, seed, dist, options.user_specs, options.check_grad),
+        original_repro=r.repro
+        or repro_command(original, r.check, seed, dist, options.user_specs, options.check_grad),
+        message=message,
+        attempts=search.attempts,
+        elapsed_s=round(search.elapsed(), 3),
+        budget_s=budget_s,
+        exhausted_budget=search.exhausted,
+        reproduced=reproduced,
+        steps=steps,
+    )
+
+
+def _stage(fn, search: _Search, steps: list[str]) -> bool:
+    """Run one stage from the best case so far; record (and say) whether it reduced it."""
+    start = search.best
+    try:
+        fn(search, start)
+    finally:
+        if search.best != start:
+            steps.append(_describe(search.op, start, search.best))
+    return search.best != start
+
+
+def _describe(op, before: Case, after: Case) -> str:
+    if before.distributions != after.distributions:
+        return f"distribution {before.distributions[0]} -> {after.distributions[0]}"
+    b, a = before.sizes, after.sizes
+    dims = [f"{d} {b[d]} -> {a[d] if d in a else 'dropped'}" for d in b if a.get(d) != b[d]]
+    return f"{', '.join(dims)} (rows {_rows(op, b)} -> {_rows(op, a)})"
+
+
+__all__ = ["SIMPLEST_FIRST", "ShrinkOutcome", "shrink"]

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# GPU check of kernelcheck on a lent CUDA machine (an H200): build the CUDA library for
+# sm_90, then run the logp checks and the bench on the GPU. Every step has a timeout and
+# its exit code goes to $OUT/exit_codes.txt; a failing step never stops the later ones,
+# so all results come back. The timeouts add up to 475 s (under 8 minutes).
+#
+#   OUT=/some/dir scripts/gpu_check.sh      (run from anywhere; OUT defaults to /tmp/kernelcheck_gpu_out)
+#
+# Needs there: python3 with a CUDA build of torch plus typer, rich, numpy, tabulate
+# (the device image has them), cmake, ninja (optional) and nvcc.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/kernelcheck_gpu_out}
+mkdir -p "$OUT"
+: >"$OUT/exit_codes.txt"
+: >"$OUT/steps.log" # one log for all steps: $OUT returns at most 8 files
+START=$(date +%s)
+export PYTHONUNBUFFERED=1
+
+say() { echo "=== [$(($(date +%s) - START))s] $*" | tee -a "$OUT/steps.log"; }
+
+# step NAME SECONDS CMD...: run with a timeout, log to $OUT/steps.log and the console,
+# record "NAME rc" (124 = timed out), never abort the script.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    say "step $name (timeout ${limit}s): $*"
+    local rc=0
+    timeout --kill-after=10 "$limit" "$@" > >(tee -a "$OUT/steps.log") 2>&1 || rc=$?
+    echo "$name $rc" >>"$OUT/exit_codes.txt"
+    say "step $name: exit $rc"
+    return 0
+}
+
+# Python: $PYTHON, else the project's .venv when its torch sees a GPU, else python3.
+PY=${PYTHON:-}
+if [[ -z $PY ]]; then
+    PY=python3
+    if [[ -x $ROOT/.venv/bin/python ]] &&
+        "$ROOT/.venv/bin/python" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' \
+            2>/dev/null; then
+        PY=$ROOT/.venv/bin/python
+    fi
+fi
+say "python: $PY ($("$PY" --version 2>&1))"
+"$PY" - <<'PYEOF' || say "WARNING: this python lacks something kernelcheck needs (see above)"
+import importlib
+for name in ("torch", "typer", "rich", "numpy", "tabulate"):
+    try:
+        m = importlib.import_module(name)
+        print(f"  {name} {getattr(m, '__version__', '')}")
+    except Exception as exc:
+        print(f"  {name} MISSING: {exc}")
+import torch
+print(f"  torch.version.cuda={torch.version.cuda} cuda available={torch.cuda.is_available()}")
+PYEOF
+
+# kernelcheck itself from the source tree (no install needed: the native libraries are
+# found through KERNELCHECK_NATIVE_DIR).
+if ! "$PY" -c 'import kernelcheck' 2>/dev/null; then
+    export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
+fi
+KC=("$PY" -m kernelcheck)
+
+# Build the CPU and CUDA libraries for sm_90 (H100/H200).
+if [[ -z $(command -v nvcc || true) && -x /usr/local/cuda/bin/nvcc ]]; then
+    export PATH=/usr/local/cuda/bin:$PATH
+fi
+GEN=()
+if command -v ninja >/dev/null; then GEN=(-G Ninja); fi
+say "nvcc: $(command -v nvcc || echo 'not found'); cmake: $(cmake --version | head -1)"
+step configure 45 cmake -S . -B build/gpu "${GEN[@]}" -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_BUILD_TYPE=Release
+step build 120 cmake --build build/gpu --parallel
+export KERNELCHECK_NATIVE_DIR=$ROOT/build/gpu
+ls -l build/gpu/*.so 2>/dev/null || say "WARNING: no library in build/gpu"
+
+step nvidia_smi 15 nvidia-smi
+step doctor 30 "${KC[@]}" doctor
+
+# The default logp grid, forward and backward, torch and the CUDA kernel.
+step run_grid 110 "${KC[@]}" run --op logp --device cuda --check-grad \
+    --candidate torch --candidate cuda --json-out "$OUT/run.json" --format plain
+# A Qwen-vocab case at 4096 rows; one seed keeps its float64 gold inside the timeout
+# (the JSON report is rewritten as results complete, so a timeout still returns some).
+step run_big 80 "${KC[@]}" run --op logp --device cuda --check-grad \
+    --candidate torch --candidate cuda --batch 4096 --vocab 151936 --dtype bf16,fp32 --seed 0 \
+    --json-out "$OUT/run_big.json" --format plain
+step bench 75 "${KC[@]}" bench --op logp --device cuda --candidate torch --candidate cuda \
+    --batch 4096 --vocab 151936 --dtype bf16,fp32 --format json --json-out "$OUT/bench.json"
+
+say "done; exit codes:"
+cat "$OUT/exit_codes.txt"

@@ -1,0 +1,194 @@
+"""The pytest plugin: one item per case x check, -k / -x / xdist, CLI-like failures."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import sys
+
+import pytest
+import tomllib
+
+from .conftest import FIXTURES, TESTS
+
+pytest_plugins = ["pytester"]
+
+SPEC = """\
+op = "logp"
+
+[[candidate]]
+name = "mine"
+callable = "kc_plugin_mine:logp"
+devices = ["cpu"]
+
+[[candidate]]
+name = "broken"
+callable = "kc_plugin_broken:off_by_small"
+devices = ["cpu"]
+
+[[candidate]]
+name = "noback"
+callable = "kc_plugin_mine:logp"
+devices = ["cpu"]
+backward = false
+"""
+
+MINE = """\
+import torch
+
+
+def logp(logits, target):
+    x = logits.float()
+    valid = (target >= 0) & (target < x.shape[-1])
+    lse = torch.logsumexp(x, -1)
+    sel = x.gather(-1, target.clamp(0, x.shape[-1] - 1).unsqueeze(-1)).squeeze(-1)
+    return torch.where(valid, sel - lse, 0.0)
+"""
+
+SMALL = [
+    "--kernelcheck-device=cpu",
+    "--kernelcheck-shape=batch=2,seq=4,vocab=257",
+    "--kernelcheck-seed=0",
+    "--kernelcheck-distributions=normal",
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:randomly",
+]
+CHECKS = (
+    "forward_accuracy",
+    "forward_precision",
+    "backward_accuracy",
+    "forward_invariance",
+    "backward_invariance",
+    "determinism",
+    "contract",
+    "integrity",
+)
+
+
+def _installed() -> bool:
+    """Whether the pytest11 entry point is installed (then ``-p`` would register it twice)."""
+    eps = importlib.metadata.entry_points(group="pytest11")
+    return any(ep.value == "kernelcheck.pytest_plugin" for ep in eps)
+
+
+def _plugin() -> list[str]:
+    return [] if _installed() else ["-p", "kernelcheck.pytest_plugin"]
+
+
+@pytest.fixture
+def spec(pytester):
+    (pytester.path / "kc_plugin_mine.py").write_text(MINE)
+    shutil.copy(FIXTURES / "broken_logp.py", pytester.path / "kc_plugin_broken.py")
+    path = pytester.path / "mine.toml"
+    path.write_text(SPEC)
+    return path
+
+
+def _run(pytester, spec, *args):
+    return pytester.runpytest_inprocess(*_plugin(), f"--kernelcheck-spec={spec}", *SMALL, *args)
+
+
+def test_one_item_per_case_and_check_with_readable_ids(pytester, spec):
+    res = _run(pytester, spec, "--kernelcheck-candidate=mine", "--kernelcheck-dtype=fp32,bf16")
+    res.assert_outcomes(passed=16)
+    col = _run(
+        pytester,
+        spec,
+        "--kernelcheck-candidate=mine",
+        "--kernelcheck-dtype=fp32,bf16",
+        "--collect-only",
+        "-q",
+    )
+    ids = [line for line in col.outlines if line.startswith("kernelcheck::")]
+    assert ids == [
+        f"kernelcheck::logp[mine-{dt}-2x4x257-{check}]"
+        for dt in ("fp32", "bf16")
+        for check in CHECKS
+    ]
+
+
+def test_keyword_selection_and_failure_output(pytester, spec):
+    res = _run(pytester, spec, "--kernelcheck-dtype=fp32", "-k", "forward_accuracy")
+    # torch and cpu (built in), mine, broken and noback at fp32: 5 cases x 8 checks
+    res.assert_outcomes(passed=4, failed=1, deselected=35)
+    out = res.stdout.str()
+    assert (
+        "FAIL broken-fp32-2x4x257 forward_accuracy: output: 8 of 8 elements outside atol=1e-05"
+    ) in out
+    assert (
+        f"repro: kernelcheck run --op logp --spec {spec} --candidate broken --device cpu "
+        "--dtype fp32 --batch 2 --seq 4 --vocab 257 --checks forward_accuracy --seed 0"
+    ) in out
+    assert "Traceback" not in out and "runtest" not in out
+    assert "FAILED kernelcheck::logp[broken-fp32-2x4x257-forward_accuracy]" in out
+
+
+def test_exitfirst_and_skips(pytester, spec):
+    res = _run(pytester, spec, "--kernelcheck-dtype=fp32", "--kernelcheck-candidate=broken", "-x")
+    res.assert_outcomes(failed=1)  # forward_accuracy is the first item; -x stops there
+    res = _run(pytester, spec, "--kernelcheck-dtype=fp32", "--kernelcheck-candidate=noback")
+    res.assert_outcomes(passed=6, skipped=2)
+    res = _run(pytester, spec, "--kernelcheck-dtype=fp32", "--kernelcheck-candidate=noback", "-rs")
+    assert "declares backward = false" in res.stdout.str()
+
+
+def test_usage_errors(pytester, spec):
+    res = _run(pytester, spec, "--kernelcheck-dtype=fp8")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "kernelcheck: unknown dtype 'fp8'" in res.stderr.str()
+    res = pytester.runpytest_inprocess(*_plugin(), "--kernelcheck-spec=missing.toml")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "spec file not found" in res.stderr.str()
+
+
+def test_without_a_spec_the_plugin_does_nothing(pytester):
+    pytester.makepyfile(test_plain="def test_ok():\n    assert True\n")
+    res = pytester.runpytest_inprocess(*_plugin(), "-p", "no:cacheprovider")
+    res.assert_outcomes(passed=1)
+    assert "kernelcheck" not in res.stdout.str()
+
+
+def test_xdist_spreads_the_items(pytester, spec):
+    res = pytester.runpytest_subprocess(
+        *_plugin(),
+        f"--kernelcheck-spec={spec}",
+        *SMALL,
+        "--kernelcheck-dtype=fp32",
+        "--kernelcheck-candidate=mine,broken",
+        "-n",
+        "2",
+        timeout=120,
+    )
+    res.assert_outcomes(passed=13, failed=3)
+    assert "repro: kernelcheck run" in res.stdout.str()
+
+
+def test_the_pytest11_entry_point_loads_the_plugin(pytester, spec, monkeypatch):
+    """The pyproject entry point, installed as package metadata, loads the plugin by itself."""
+    value = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["project"]["entry-points"][
+        "pytest11"
+    ]["kernelcheck"]
+    assert value == "kernelcheck.pytest_plugin"
+    dist = pytester.mkdir("site") / "kc_entry_probe-0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kc-entry-probe\nVersion: 0.0\n")
+    (dist / "entry_points.txt").write_text(f"[pytest11]\nkernelcheck = {value}\n")
+    env_path = os.pathsep.join([str(dist.parent), os.environ.get("PYTHONPATH", "")])
+    monkeypatch.setenv("PYTHONPATH", env_path)
+    res = pytester.run(
+        sys.executable,
+        "-m",
+        "pytest",
+        f"--kernelcheck-spec={spec}",
+        *SMALL,
+        "--kernelcheck-dtype=fp32",
+        "--kernelcheck-candidate=mine",
+        "--collect-only",
+        "-q",
+        timeout=120,
+    )
+    assert res.ret == 0, res.stdout.str() + res.stderr.str()
+    assert "kernelcheck::logp[mine-fp32-2x4x257-integrity]" in res.stdout.str()

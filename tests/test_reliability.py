@@ -1,0 +1,176 @@
+"""A faulty kernel never takes the run down; nothing checked is lost; bad input gets one line.
+
+Faulty candidates live in tests/fixtures/faulty_logp.py. Each run also holds the honest
+``torch`` candidate, whose results must be complete whatever the faulty one did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelcheck import api
+from kernelcheck.checks import CHECKS
+from tests.conftest import FIXTURES, SMALL, with_candidate
+
+REPO = Path(__file__).resolve().parents[1]
+FAST_CHECKS = ["forward_accuracy", "contract", "determinism"]
+
+
+def _run(catalog, faulty: str, checks=FAST_CHECKS, isolate=None, **kw):
+    """Run the faulty candidate (isolated when asked) beside the honest one (in process)."""
+    cat = with_candidate(catalog, "faulty", f"faulty_logp:{faulty}", isolate=isolate)
+    report = api.run(
+        cat,
+        "logp",
+        candidate_names=["faulty", "torch"],
+        device="cpu",
+        dtype_names="fp32",
+        shape=SMALL,
+        check_names=checks,
+        seeds=[0],
+        distributions="normal",
+        **kw,
+    )
+    faulty_results = {r.check: r for r in report.results if r.candidate == "faulty"}
+    honest = {r.check: r for r in report.results if r.candidate == "torch"}
+    assert set(honest) == set(checks) and {r.status for r in honest.values()} == {"pass"}
+    return faulty_results, report
+
+
+def test_raising_candidate_is_an_error_with_type_and_message(catalog):
+    res, report = _run(catalog, "raises")
+    for r in res.values():
+        assert r.status == "error"
+        assert "RuntimeError: kernel launch failed" in r.message
+    assert report.counts()["error"] == len(FAST_CHECKS)
+
+
+@pytest.mark.parametrize("faulty", ["out_of_memory", "allocates_too_much"])
+def test_out_of_memory_is_an_error_and_the_run_goes_on(catalog, faulty):
+    res, _ = _run(catalog, faulty)
+    assert all(r.status == "error" and "out of memory" in r.message for r in res.values())
+
+
+def test_hang_in_process_times_out(catalog):
+    t0 = time.monotonic()
+    res, _ = _run(catalog, "hangs", timeout_s=1.0)
+    assert time.monotonic() - t0 < 30
+    assert {r.status for r in res.values()} == {"timeout"}
+    assert "did not finish within 1 s" in next(iter(res.values())).message
+
+
+def test_hang_isolated_times_out(catalog):
+    res, _ = _run(catalog, "hangs", timeout_s=2.0, isolate=True)
+    assert {r.status for r in res.values()} == {"timeout"}
+    assert "worker was killed" in next(iter(res.values())).message
+
+
+@pytest.mark.parametrize(
+    "faulty,fragment",
+    [("segfaults", "SIGSEGV"), ("aborts", "SIGABRT"), ("exits", "exited with code 3")],
+)
+def test_process_killers_are_crashes_with_the_signal(catalog, faulty, fragment):
+    res, _ = _run(catalog, faulty, isolate=True)
+    assert {r.status for r in res.values()} == {"crash"}
+    assert all(fragment in r.message for r in res.values())
+
+
+def test_nan_where_gold_is_finite_fails_with_count_and_index(catalog):
+    res, _ = _run(catalog, "returns_nan", checks=["forward_accuracy"])
+    r = res["forward_accuracy"]
+    assert r.status == "fail"
+    assert r.metrics["n_nonfinite"] > 0
+    assert "NaN/Inf where gold is finite (first at [0, 1])" in r.message
+
+
+@pytest.mark.parametrize(
+    "faulty,fragment",
+    [
+        ("wrong_shape", "shape (7,) != expected (2, 4)"),
+        ("wrong_dtype", "dtype torch.float64 != expected torch.float32"),
+        ("wrong_type", "candidate returned (list); expected 1 tensor(s)"),
+    ],
+)
+def test_wrong_output_is_a_contract_fail(catalog, faulty, fragment):
+    res, _ = _run(catalog, faulty, checks=["contract"])
+    assert res["contract"].status == "fail"
+    assert fragment in res["contract"].message
+
+
+def test_isolated_results_equal_in_process_results(catalog):
+    a, _ = _run(catalog, "returns_nan", checks=["forward_accuracy"], isolate=True)
+    b, _ = _run(catalog, "returns_nan", checks=["forward_accuracy"], isolate=False)
+    assert a["forward_accuracy"].metrics == b["forward_accuracy"].metrics
+
+
+# --- interrupting a running `kernelcheck run` ---------------------------------------------
+
+
+def _addon_spec(tmp_path: Path, callable_: str) -> Path:
+    spec = tmp_path / "faulty.toml"
+    spec.write_text(
+        f'op = "logp"\n[[candidate]]\nname = "faulty"\ncallable = "{callable_}"\n'
+        f'devices = ["cpu"]\n'
+    )
+    return spec
+
+
+def _start(tmp_path, callable_, out):
+    env = {**os.environ, "PYTHONPATH": f"{FIXTURES}{os.pathsep}{REPO}"}
+    argv = [sys.executable, "-m", "kernelcheck", "run", "--op", "logp", "--device", "cpu"]
+    argv += ["--spec", str(_addon_spec(tmp_path, callable_)), "--candidate", "faulty"]
+    argv += ["--dtype", "fp32,bf16,fp16", "--seed", "0", "--checks", "forward_accuracy"]
+    argv += ["--json-out", str(out), "--format", "plain"]
+    return subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for_results(out: Path, proc, timeout=90.0):
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if out.exists():
+            data = json.loads(out.read_text())
+            if data["results"]:
+                return data
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    raise AssertionError("no result reached the JSON file")
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_leaves_a_valid_partial_report(tmp_path, sig, code):
+    out = tmp_path / "run.json"
+    proc = _start(tmp_path, "faulty_logp:slow", out)
+    first = _wait_for_results(out, proc)
+    assert first["summary"]["not_run"], "results must reach the file before the end"
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 10, "the tool must stop at once"
+    assert proc.returncode == code, err
+    data = json.loads(out.read_text())
+    assert data["summary"]["interrupted"] == signal.Signals(sig).name
+    assert data["summary"]["not_run"]
+    assert data["results"] and all(r["check"] in CHECKS for r in data["results"])
+    assert "interrupted" in err
+
+
+def test_second_ctrl_c_exits_at_once(tmp_path):
+    out = tmp_path / "run.json"
+    proc = _start(tmp_path, "faulty_logp:swallows_interrupts", out)
+    time.sleep(6)  # let it reach the candidate, which swallows the first interrupt
+    proc.send_signal(signal.SIGINT)
+    time.sleep(1.0)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=10)
+    assert proc.returncode == 130

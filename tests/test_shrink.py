@@ -1,0 +1,150 @@
+"""Shrinking a failure: a planted bug shrinks to a smaller failing case with a working repro."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kernelcheck import api
+from kernelcheck.runner.case import RunOptions
+from kernelcheck.runner.shrink import shrink
+from kernelcheck.spec import load_catalog
+
+from .conftest import FIXTURES
+
+BIG = {"batch": 4, "seq": 8, "vocab": 10000}
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory):
+    """An add-on spec (outside the repo) adding ``broken``: off_by_small, wrong at fp32."""
+    folder = tmp_path_factory.mktemp("shrink_spec")
+    shutil.copy(FIXTURES / "broken_logp.py", folder / "kc_shrink_broken.py")
+    spec = folder / "broken.toml"
+    spec.write_text(
+        'op = "logp"\n'
+        "[[candidate]]\n"
+        'name = "broken"\n'
+        'callable = "kc_shrink_broken:off_by_small"\n'
+        'devices = ["cpu"]\n'
+    )
+    catalog = load_catalog([spec])
+    plan = api.plan(
+        catalog,
+        "logp",
+        candidate_names=["broken"],
+        device="cpu",
+        dtype_names="fp32",
+        shape=BIG,
+        check_names="forward_accuracy",
+        seeds=[0],
+        distributions="large,equal",
+    )
+    (result,) = api.execute(plan).results
+    assert result.status == "fail" and result.distribution == "large"
+    return catalog, plan, result
+
+
+def test_planted_bug_shrinks_to_a_smaller_failing_case(broken):
+    catalog, plan, result = broken
+    out = shrink(catalog, "logp", result, plan.options, budget_s=60.0)
+    assert out.reproduced and not out.exhausted_budget
+    assert out.original_case_id == "broken-fp32-4x8x10000"
+    assert out.check == "forward_accuracy" and out.status == "fail"
+    rows = out.shape["batch"] * out.shape.get("seq", 1)
+    assert rows < 4 * 8
+    assert out.shape["vocab"] < BIG["vocab"]
+    assert out.distribution == "normal"  # simpler than the failing 'large'
+    assert out.seed == 0
+    assert out.attempts >= 2 and out.elapsed_s < 60.0
+    assert out.steps and out.shrunk
+    assert out.original_repro == result.repro
+    assert out.to_dict()["case_id"] == out.case_id
+
+    # the shrunk repro is a kernelcheck command line that still fails (exit 1)
+    argv = shlex.split(out.repro)
+    assert argv[:2] == ["kernelcheck", "run"]
+    assert "--spec" in argv and "--checks" in argv
+    proc = subprocess.run(
+        [sys.executable, "-m", "kernelcheck", *argv[1:], "--format", "plain"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "forward_accuracy" in proc.stdout
+
+
+def test_shrink_accepts_a_result_dict(broken):
+    catalog, plan, result = broken
+    out = shrink(catalog, "logp", result.to_dict(), plan.options, budget_s=60.0)
+    assert out.shape["vocab"] < BIG["vocab"]
+
+
+def test_zero_budget_returns_at_once_and_says_so(broken):
+    catalog, plan, result = broken
+    t0 = time.perf_counter()
+    out = shrink(catalog, "logp", result, plan.options, budget_s=0.0)
+    assert time.perf_counter() - t0 < 1.0
+    assert out.exhausted_budget and out.attempts == 0
+    assert out.case_id == out.original_case_id and out.shape == BIG
+    assert not out.shrunk
+
+
+def test_a_passing_case_is_not_reproduced(catalog):
+    report = api.run(
+        catalog,
+        "logp",
+        candidate_names=["torch"],
+        device="cpu",
+        dtype_names="fp32",
+        shape={"batch": 2, "seq": 4, "vocab": 257},
+        check_names="forward_accuracy",
+        seeds=[0],
+        distributions="normal",
+    )
+    res = report.results[0].to_dict()
+    res["status"] = "fail"  # a flaky 'failure' that no longer reproduces
+    out = shrink(catalog, "logp", res, RunOptions())
+    assert not out.reproduced and out.attempts == 1
+    assert out.case_id == out.original_case_id
+
+
+def test_search_finds_the_size_threshold_of_a_bug(tmp_path):
+    """A bug that needs >= 3 rows and vocab >= 300: rows then vocab bisect to the threshold."""
+    (tmp_path / "kc_shrink_threshold.py").write_text(
+        "from kernelcheck.candidates.torch_logp import logp as honest\n\n\n"
+        "def logp(logits, target):\n"
+        "    out = honest(logits, target)\n"
+        "    rows, vocab = logits.numel() // logits.shape[-1], logits.shape[-1]\n"
+        "    return out + 1e-3 if rows >= 3 and vocab >= 300 else out\n"
+    )
+    spec = tmp_path / "threshold.toml"
+    spec.write_text(
+        'op = "logp"\n[[candidate]]\nname = "threshold"\n'
+        'callable = "kc_shrink_threshold:logp"\ndevices = ["cpu"]\n'
+    )
+    catalog = load_catalog([spec])
+    plan = api.plan(
+        catalog,
+        "logp",
+        candidate_names=["threshold"],
+        device="cpu",
+        dtype_names="fp32",
+        shape=BIG,
+        check_names="forward_accuracy",
+        seeds=[0],
+        distributions="heavy",
+    )
+    (result,) = api.execute(plan).results
+    assert result.status == "fail"
+    out = shrink(catalog, "logp", result, plan.options, budget_s=60.0)
+    assert out.shape.get("seq", 1) * out.shape["batch"] == 3
+    assert 300 <= out.shape["vocab"] <= 300 * 9 // 8
+    assert out.distribution == "normal"
+    assert "rows 32 -> 3" in " ".join(out.steps)
