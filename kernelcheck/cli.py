@@ -300,6 +300,15 @@ def doctor(fmt: Annotated[str, typer.Option("--format", help="table or json.")] 
     )
 
 
+def _register_commands() -> None:
+    from kernelcheck.commands.bench import bench
+
+    app.command()(bench)
+
+
+_register_commands()
+
+
 def entry(argv: list[str] | None = None) -> None:
     """Console-script entry: one line and exit 2 for usage errors; a traceback only with --debug."""
     args = sys.argv[1:] if argv is None else argv

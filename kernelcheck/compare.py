@@ -82,9 +82,8 @@ def merge(reports: list[dict], names: list[str] | None = None) -> dict:
     Refused: a different ``schema_version``, ``op``, ``op_version``, ``device``,
     ``spec_digest`` or ``plan_digest`` (when both record one), shards of one split
     planned over different candidates, and any result key present in two reports. The
-    summary is recomputed;
-    ``not_run`` and ``interrupted`` are combined, ``wall_time_s`` is the longest input's
-    (shards run side by side) and ``merged_from`` lists the inputs.
+    summary is recomputed; ``not_run`` and ``interrupted`` are combined, ``wall_time_s``
+    is the longest input's (shards run side by side) and ``merged_from`` lists the inputs.
     """
     if not reports:
         raise UsageError("merge: no reports given")

@@ -73,6 +73,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="One seed instead of the spec's.",
     )
     group.addoption(
+        "--kernelcheck-isolate",
+        action="store_true",
+        default=None,
+        help="Run every candidate in a child process (default: native candidates only).",
+    )
+    group.addoption(
+        "--kernelcheck-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="Per-case timeout in seconds (default: the spec's).",
+    )
+    group.addoption(
         "--kernelcheck-distributions",
         default=None,
         metavar="NAMES",
@@ -134,6 +147,8 @@ def build_plans(config: pytest.Config) -> list:
         "check_names": config.getoption("kernelcheck_checks"),
         "seeds": [seed] if seed is not None else None,
         "distributions": config.getoption("kernelcheck_distributions"),
+        "isolate": config.getoption("kernelcheck_isolate"),
+        "timeout_s": config.getoption("kernelcheck_timeout"),
     }
     plans = []
     for op in ops:
@@ -160,13 +175,23 @@ class KernelcheckSession:
 
     def __init__(self, plans: list):
         self.plans = plans
+        # one executor per op (its isolation and timeout, its workers), shared by the items
+        self.executors: dict = {}
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        for executor in self.executors.values():
+            executor.close()
 
     @pytest.hookimpl(tryfirst=True)  # before -k / -m deselection and xdist's ordering
     def pytest_collection_modifyitems(
         self, session: pytest.Session, config: pytest.Config, items: list
     ) -> None:
         collector = KernelcheckCollector.from_parent(
-            session, name="kernelcheck", nodeid="kernelcheck", plans=self.plans
+            session,
+            name="kernelcheck",
+            nodeid="kernelcheck",
+            plans=self.plans,
+            executors=self.executors,
         )
         # genitems reports the collection (collected N items, --collect-only) like any file's
         items.extend(session.genitems(collector))
@@ -188,12 +213,18 @@ class KernelcheckSession:
 class KernelcheckCollector(pytest.Collector):
     """The session-level parent of every item: node ids read ``kernelcheck::logp[...]``."""
 
-    def __init__(self, *, plans: list, **kwargs):
+    def __init__(self, *, plans: list, executors: dict | None = None, **kwargs):
         super().__init__(**kwargs)
         self.plans = plans
+        self.executors = executors if executors is not None else {}
 
     def collect(self):
+        from kernelcheck.runner.execute import Executor
+
         for plan in self.plans:
+            executor = self.executors.setdefault(
+                plan.op.name, Executor(plan.isolate, plan.timeout_s)
+            )
             for case in plan.cases:
                 for check in case.checks:
                     yield KernelcheckItem.from_parent(
@@ -202,6 +233,7 @@ class KernelcheckCollector(pytest.Collector):
                         plan=plan,
                         case=dataclasses.replace(case, checks=(check,)),
                         check=check,
+                        executor=executor,
                     )
 
 
@@ -221,17 +253,17 @@ def format_failure(result) -> str:
 
 
 class KernelcheckItem(pytest.Item):
-    def __init__(self, *, plan, case, check, **kwargs):
+    def __init__(self, *, plan, case, check, executor, **kwargs):
         super().__init__(**kwargs)
         self.plan = plan
         self.case = case
         self.check = check
+        self.executor = executor
         self.result = None
 
     def runtest(self) -> None:
-        from kernelcheck.runner import run_case
-
-        results = run_case(self.plan.op, self.case, self.plan.options)
+        # the run's executor: in process or isolated, with the per-case timeout, as the CLI
+        results = list(self.executor.run(self.plan.op, self.case, self.plan.options))
         self.result = next((r for r in results if r.check == self.check), None)
         if self.result is None:
             raise RuntimeError(f"kernelcheck: check {self.check} returned no result")

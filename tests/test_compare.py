@@ -81,6 +81,10 @@ def test_merge_refuses_another_spec_or_schema(runs):
         merge([a, b], ["A.json", "B.json"])
     b["summary"]["spec_digest"] = "a" * 64
     assert merge([a, b])["spec_digest"] == "a" * 64
+    a["plan_digest"], b["plan_digest"] = "p1", "p2"
+    with pytest.raises(UsageError, match="different run parameters"):
+        merge([a, b], ["A.json", "B.json"])
+    b["plan_digest"] = "p1"
     b["schema_version"] = 2
     with pytest.raises(UsageError, match="B.json: schema_version 2 is not supported"):
         merge([a, b], ["A.json", "B.json"])

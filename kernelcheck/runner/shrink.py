@@ -11,8 +11,11 @@ still ends with the same status:
 3. rows again if the vocab step made a smaller row count fail;
 4. the distribution, simplest first: normal, equal, heavy, masked, large.
 
-The search stops when ``budget_s`` is spent (checked before each attempt, so one attempt
-can run past it) and reports what it reached. A library function: nothing is printed.
+Attempts run through the run's :class:`~kernelcheck.runner.execute.Executor` (isolated
+or in process, as the run was). The search stops when ``budget_s`` is spent: it is
+checked before each attempt and caps each attempt's timeout (at least 1 s), so the search
+overruns by at most one attempt's start-up; it reports what it reached. A library
+function: nothing is printed.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 from kernelcheck.cases.grid import Case
 from kernelcheck.results import CheckResult
-from kernelcheck.runner.case import RunOptions, run_case
+from kernelcheck.runner.case import RunOptions
+from kernelcheck.runner.execute import Executor
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.load import Catalog
 
@@ -65,12 +69,14 @@ class _Budget(Exception):
 
 
 class _Search:
-    def __init__(self, op, check, status, options, budget_s):
+    def __init__(self, op, check, status, options, budget_s, executor):
         self.op = op
         self.check = check
         self.status = status
         self.options = options
         self.budget_s = budget_s
+        self.executor = executor
+        self.base_timeout = executor.timeout_s if executor.timeout_s is not None else op.timeout_s
         self.t0 = time.perf_counter()
         self.attempts = 0
         self.exhausted = False
@@ -82,17 +88,26 @@ class _Search:
 
     def fails(self, case: Case) -> bool:
         """True when ``case`` still fails the check with the same status."""
-        if self.elapsed() >= self.budget_s:
+        remaining = self.budget_s - self.elapsed()
+        if remaining <= 0:
             self.exhausted = True
             raise _Budget
         self.attempts += 1
-        res = next(
-            (r for r in run_case(self.op, case, self.options) if r.check == self.check), None
-        )
-        if res is not None and res.status == self.status:
-            self.last, self.best = res, case  # every stage keeps a case that still fails
-            return True
-        return False
+        # a hanging attempt is cut at the budget's end (a timeout is only "the same
+        # failure" when the attempt had the run's full timeout)
+        timeout = min(self.base_timeout, max(remaining, 1.0))
+        saved, self.executor.timeout_s = self.executor.timeout_s, timeout
+        try:
+            results = list(self.executor.run(self.op, case, self.options))
+        finally:
+            self.executor.timeout_s = saved
+        res = next((r for r in results if r.check == self.check), None)
+        if res is None or res.status != self.status:
+            return False
+        if res.status == "timeout" and timeout < self.base_timeout:
+            return False
+        self.last, self.best = res, case  # every stage keeps a case that still fails
+        return True
 
 
 def _with_sizes(case: Case, sizes: dict[str, int]) -> Case:
@@ -189,8 +204,13 @@ def shrink(
     result: CheckResult | dict,
     options: RunOptions,
     budget_s: float = 60.0,
+    executor: Executor | None = None,
 ) -> ShrinkOutcome:
-    """Search for the smallest failing variant of ``result``'s case; see the module doc."""
+    """Search for the smallest failing variant of ``result``'s case; see the module doc.
+
+    Attempts run through ``executor`` (the run's, so isolation and timeouts match it);
+    without one, a default :class:`~kernelcheck.runner.execute.Executor` is made and closed.
+    """
     r = result if isinstance(result, CheckResult) else CheckResult.from_dict(result)
     op = catalog.op(op_name)
     seed = r.seed if r.seed is not None else (op.grid.seeds[0] if op.grid.seeds else 0)
@@ -205,7 +225,9 @@ def shrink(
         dists,
         (r.check,),
     )
-    search = _Search(op, r.check, r.status, options, budget_s)
+    own = executor is None
+    executor = executor or Executor()
+    search = _Search(op, r.check, r.status, options, budget_s, executor)
     steps: list[str] = []
     reproduced = False
     message = r.message
@@ -220,6 +242,9 @@ def shrink(
             _stage(_shrink_distribution, search, steps)
     except _Budget:
         pass
+    finally:
+        if own:
+            executor.close()
     best = search.best or original
     if search.last is not None:
         message = search.last.message

@@ -524,14 +524,8 @@ def _tname(value) -> str:
 
 
 def _names(types) -> str:
-    return " or ".join(
-        {
-            "int": "an integer",
-            "float": "a number",
-            "str": "a string",
-            "dict": "a table",
-            "list": "a list",
-            "bool": "true/false",
-        }.get(t.__name__, t.__name__)
-        for t in types
-    )
+    if set(types) == {int, float}:
+        return "a number"
+    words = {int: "an integer", float: "a number", str: "a string", dict: "a table",
+             list: "a list", bool: "true or false"}  # fmt: skip
+    return " or ".join(words.get(t, t.__name__) for t in types)

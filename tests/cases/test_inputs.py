@@ -1,0 +1,102 @@
+"""Seeded inputs: one seed, one set of values; every distribution does what it claims."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernelcheck.cases.grid import Case, parse_shard, shard
+from kernelcheck.cases.inputs import make_inputs, make_upstream
+
+SIZES = {"batch": 6, "vocab": 257}
+
+
+def test_same_seed_same_bits_and_other_seed_other_values(catalog):
+    op = catalog.op("logp")
+    a = make_inputs(op, SIZES, "bf16", 3, "normal")
+    b = make_inputs(op, SIZES, "bf16", 3, "normal")
+    c = make_inputs(op, SIZES, "bf16", 4, "normal")
+    assert torch.equal(a["logits"].view(torch.int16), b["logits"].view(torch.int16))
+    assert torch.equal(a["target"], b["target"])
+    assert not torch.equal(a["logits"], c["logits"])
+
+
+def test_drawn_on_the_cpu_in_the_case_dtype(catalog):
+    x = make_inputs(catalog.op("logp"), SIZES, "fp16", 0, "normal")
+    assert x["logits"].device.type == "cpu" and x["logits"].dtype == torch.float16
+    assert x["target"].dtype == torch.int64 and x["target"].shape == (6,)
+
+
+def test_chunked_draw_is_the_same_whatever_the_chunk(catalog, monkeypatch):
+    from kernelcheck.cases import inputs
+
+    op = catalog.op("logp")
+    whole = make_inputs(op, SIZES, "fp32", 1, "heavy")
+    monkeypatch.setattr(inputs, "DRAW_CHUNK_ELEMENTS", 257 * 2)
+    chunked = make_inputs(op, SIZES, "fp32", 1, "heavy")
+    assert whole["logits"].shape == chunked["logits"].shape
+    assert torch.isfinite(chunked["logits"]).all()
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_large_is_beyond_exp_range_and_finite(catalog, dtype):
+    x = make_inputs(catalog.op("logp"), SIZES, dtype, 0, "large")["logits"].float()
+    assert torch.isfinite(x).all()
+    assert x.abs().min() > 88  # exp() of it overflows fp32 without max subtraction
+    if dtype == "fp16":
+        assert x.abs().max() > 6e4  # near fp16's max
+
+
+def test_masked_spares_the_target_and_never_a_whole_row(catalog):
+    x = make_inputs(catalog.op("logp"), {"batch": 64, "vocab": 257}, "bf16", 0, "masked")
+    logits, target = x["logits"], x["target"]
+    inf = torch.isinf(logits)
+    assert 0.2 < inf.float().mean() < 0.4
+    assert not inf.all(dim=-1).any()
+    valid = (target >= 0) & (target < 257)
+    picked = logits.gather(-1, target.clamp(0, 256).unsqueeze(-1)).squeeze(-1)
+    assert torch.isfinite(picked[valid]).all()
+
+
+def test_equal_rows_and_heavy_tails(catalog):
+    op = catalog.op("logp")
+    eq = make_inputs(op, SIZES, "fp32", 0, "equal")["logits"]
+    assert (eq == eq[:, :1]).all()
+    heavy = make_inputs(op, {"batch": 64, "vocab": 257}, "fp32", 0, "heavy")["logits"]
+    assert heavy.abs().max() <= 20 and heavy.abs().max() > 8
+
+
+def test_some_targets_are_the_ignore_index(catalog):
+    t = make_inputs(catalog.op("logp"), {"batch": 400, "vocab": 257}, "fp32", 0, "normal")["target"]
+    assert (t == -100).any() and ((t >= 0) & (t < 257)).float().mean() > 0.9
+
+
+def test_upstream_is_seeded():
+    assert torch.equal(
+        make_upstream((3, 4), torch.float32, 1), make_upstream((3, 4), torch.float32, 1)
+    )
+
+
+def _case(i):
+    return Case("logp", "torch", "cpu", "fp32", (("batch", i + 1), ("vocab", 7)), (0,), ("normal",))
+
+
+def test_shards_cover_every_case_exactly_once():
+    cases = [_case(i) for i in range(11)]
+    ids = [c.id for k in range(1, 4) for c in shard(cases, k, 3)]
+    assert sorted(ids) == sorted(c.id for c in cases)
+    sizes = [len(shard(cases, k, 3)) for k in range(1, 4)]
+    assert max(sizes) - min(sizes) <= 1
+    assert shard(cases, 2, 3) == shard(list(cases), 2, 3)
+
+
+@pytest.mark.parametrize("bad", ["3/2", "0/2", "1/0", "a/b", "2"])
+def test_bad_shard(bad):
+    with pytest.raises(ValueError):
+        parse_shard(bad)
+
+
+def test_case_id_is_readable():
+    assert _case(1).id == "torch-fp32-2x7" and math.prod([2, 7]) == 14

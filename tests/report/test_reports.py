@@ -1,0 +1,93 @@
+"""Reporters: the old harness's plain lines, markdown, JSON schema and JUnit XML."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+from rich.console import Console
+
+from kernelcheck import api
+from kernelcheck.report import render_table, to_json, to_junit, to_markdown, to_plain
+from tests.conftest import with_candidate
+
+CASE_LINE = re.compile(
+    r"^  case=logp-torch\.bfloat16-2x16x257 output=(\d)( gradient:logits)? "
+    r"shape=\((\d+(?:, \d+)*)\) "
+    r"dtype=torch\.(\w+) max_abs=\d\.\d{8}e[+-]\d\d mean_abs=\d\.\d{8}e[+-]\d\d "
+    r"max_rel=\d\.\d{8}e[+-]\d\d tol=\(atol=(\d\.\d{3}e-0\d), rtol=0\.000e\+00\) passed=True$"
+)
+
+
+@pytest.fixture(scope="module")
+def report(catalog):
+    cat = with_candidate(catalog, "broken", "broken_logp:negative_zero")
+    return api.run(
+        cat, "logp", candidate_names=["torch", "broken"], device="cpu", dtype_names="bf16",
+        shape={"batch": 2, "seq": 16, "vocab": 257}, seeds=[0], distributions="normal",
+    )  # fmt: skip
+
+
+def test_plain_keeps_the_old_harness_lines(report, catalog):
+    lines = to_plain(report, catalog.op("logp")).splitlines()
+    assert lines[0].startswith("suite=logp passed=False pass_rate=0.9")
+    assert lines[1] == "candidate=torch-logp backend=torch passed=True pass_rate=1.0000"
+    forward = [m for m in map(CASE_LINE.match, lines) if m and m.group(1) == "0"]
+    grad = [m for m in map(CASE_LINE.match, lines) if m and m.group(1) == "1"]
+    assert forward and forward[0].group(3) == "2, 16" and forward[0].group(4) == "float32"
+    assert forward[0].group(5) == "6.000e-02" and "tol=(atol=6.000e-02, rtol=0.000e+00)" in lines[2]
+    assert grad and grad[0].group(2) == " gradient:logits" and grad[0].group(3) == "2, 16, 257"
+    assert grad[0].group(4) == "bfloat16"
+    assert any(
+        line.startswith("candidate=broken-logp backend=broken passed=False") for line in lines
+    )
+    assert any(line.startswith("    repro: kernelcheck run --op logp") for line in lines)
+
+
+def test_json_schema(report):
+    data = json.loads(to_json(report))
+    assert data["schema_version"] == 1
+    assert {"environment", "results", "summary"} <= set(data)
+    r = data["results"][0]
+    for key in ("op", "candidate", "device", "dtype", "shape", "check", "status", "metrics",
+                "tolerance", "seed", "message", "repro"):  # fmt: skip
+        assert key in r
+    assert r["shape"] == {"batch": 2, "seq": 16, "vocab": 257}
+    assert {x["status"] for x in data["results"]} <= {
+        "pass",
+        "fail",
+        "error",
+        "skip",
+        "timeout",
+        "crash",
+    }
+    assert data["summary"]["counts"]["fail"] == 1 and data["summary"]["passed"] is False
+    assert all("tensor" not in json.dumps(x["metrics"]) for x in data["results"])
+
+
+def test_junit_one_testcase_per_case_and_check(report):
+    root = ET.fromstring(to_junit(report))
+    cases = root.findall(".//testcase")
+    assert len(cases) == len(report.results)
+    failures = root.findall(".//failure")
+    assert len(failures) == 1 and "expected exactly 0.0" in failures[0].get("message")
+    assert "repro: kernelcheck run" in failures[0].text
+    assert cases[0].get("name") == "torch-bf16-2x16x257-forward_accuracy"
+
+
+def test_markdown_table_and_failures(report):
+    md = to_markdown(report)
+    assert md.startswith("### kernelcheck `logp` on cpu: FAILED")
+    assert (
+        re.search(r"^\| candidate +\| dtype +\| shape +\|", md, re.M) and "forward_invariance" in md
+    )
+    assert "#### Failures" in md and "`kernelcheck run --op logp" in md
+
+
+def test_terminal_table_renders(report):
+    console = Console(record=True, width=200)
+    render_table(report, console)
+    text = console.export_text()
+    assert "logp / torch on cpu" in text and "FAILED" in text and "repro:" in text

@@ -1,0 +1,194 @@
+"""Spec loading: the built-in spec, add-on specs, and every bad spec refused with a clear line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernelcheck import api
+from kernelcheck.errors import SpecError, UsageError
+from kernelcheck.spec import load_catalog
+from kernelcheck.spec.load import eval_dim_expr
+from tests.conftest import SPECS
+
+LOGP_HEAD = """
+op = "mini"
+gold = "kernelcheck.ops.logp:gold"
+lead = ["batch"]
+[dims]
+batch = { default = 2 }
+vocab = { default = 7 }
+[[input]]
+name = "logits"
+shape = ["batch", "vocab"]
+[[input]]
+name = "target"
+shape = ["batch"]
+dtype = "int64"
+values = "index"
+index_of = "vocab"
+[[output]]
+name = "logp"
+shape = ["batch"]
+dtype = "float32"
+[grid]
+dtypes = ["fp32"]
+shapes = [{ batch = 2, vocab = 7 }]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_builtin_logp_spec(catalog):
+    op = catalog.op("logp")
+    assert op.lead == ("batch", "seq")
+    assert op.dims["seq"].optional
+    assert op.tolerance("forward_accuracy", "bf16").atol == 6e-2
+    assert op.tolerance("forward_accuracy", "fp32").rtol == 0.0
+    assert {"torch", "cpu", "cuda", "ascend"} <= set(op.candidates)
+    assert {"normal", "large", "masked", "equal", "heavy"} == set(op.grid.distributions)
+    vocabs = {s["vocab"] for s in op.grid.shapes}
+    assert {257, 10000, 151936} <= vocabs
+    assert any("seq" not in s for s in op.grid.shapes) and any("seq" in s for s in op.grid.shapes)
+
+
+def test_a_user_spec_adds_a_candidate_to_a_builtin_op():
+    cat = load_catalog([SPECS / "my_kernels.toml"])
+    cand = cat.op("logp").candidates["mykernel"]
+    assert cand.callable == "my_kernels:logp" and cand.base_dir == SPECS
+
+
+def test_a_new_op_from_a_spec(tmp_path):
+    cat = load_catalog([write(tmp_path, LOGP_HEAD)])
+    assert "mini" in cat.ops and cat.op("mini").outputs[0].dtype == "float32"
+
+
+def test_loading_a_spec_imports_no_candidate(tmp_path):
+    text = 'op = "logp"\n[[candidate]]\nname = "x"\ncallable = "no_such_module_xyz:fn"\n'
+    text += 'devices = ["cpu"]\n'
+    cat = load_catalog([write(tmp_path, text)])
+    assert "x" in cat.op("logp").candidates  # loads; the import happens when it runs
+
+
+BAD = [
+    ('op = "x"\nbad = = 1\n', "malformed TOML", "line 2"),
+    (LOGP_HEAD.replace("[grid]", "[grid]\ndtpyes = []"), "grid.dtpyes", "did you mean 'dtypes'"),
+    (LOGP_HEAD.replace('lead = ["batch"]', 'lead = "batch"'), "lead", "expected a list"),
+    (LOGP_HEAD.replace('gold = "kernelcheck.ops.logp:gold"\n', ""), "gold", "missing required key"),
+    (
+        LOGP_HEAD.replace("kernelcheck.ops.logp:gold", "kernelcheck.ops.logp.gold"),
+        "gold",
+        "expected an import path 'module:attr'",
+    ),
+    (LOGP_HEAD.replace("default = 2", "default = 0"), "dims.batch.default", ">= 1"),
+    (LOGP_HEAD.replace('dtypes = ["fp32"]', 'dtypes = ["fp8"]'), "grid.dtypes", "unknown dtype"),
+    (
+        LOGP_HEAD.replace(
+            'shape = ["batch"]\ndtype = "float32"', 'shape = ["rows"]\ndtype = "float32"'
+        ),
+        "output.logp.shape",
+        "unknown dim 'rows'",
+    ),
+    (
+        LOGP_HEAD + "[checks.forward_invariance]\nbatch_size = [1]\n",
+        "checks.forward_invariance.batch_size",
+        "did you mean 'batch_sizes'",
+    ),
+    (
+        LOGP_HEAD + "[checks.forward_invariance]\nbatch_sizes = 3\n",
+        "checks.forward_invariance.batch_sizes",
+        "expected list",
+    ),
+    (LOGP_HEAD + "[checks.forward_invariant]\n", "checks.forward_invariant", "did you mean"),
+    (
+        LOGP_HEAD + '[[candidate]]\nname = "a"\ncallable = "m:f"\ndevices = ["gpu"]\n',
+        "candidate.a.devices",
+        "unknown device 'gpu'",
+    ),
+    (
+        LOGP_HEAD + '[[candidate]]\nname = "a"\ncallable = "m:f"\ndevices = ["cpu"]\n'
+        '[[candidate]]\nname = "a"\ncallable = "m:g"\ndevices = ["cpu"]\n',
+        "candidate.a",
+        "duplicate",
+    ),
+    (
+        LOGP_HEAD + '[tolerance.forward_accuracy]\nfp32 = { atol = "small" }\n',
+        "tolerance.forward_accuracy.fp32.atol",
+        "expected a number",
+    ),
+]
+
+
+@pytest.mark.parametrize("text,key,fragment", BAD, ids=[b[1] for b in BAD])
+def test_bad_spec_is_refused_naming_file_key_and_expectation(tmp_path, text, key, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_catalog([path])
+    message = str(info.value)
+    assert message.startswith(str(path)), message
+    assert key in message and fragment in message, message
+    assert "\n" not in message
+
+
+def test_duplicate_candidate_across_files(tmp_path):
+    text = 'op = "logp"\n[[candidate]]\nname = "torch"\ncallable = "m:f"\ndevices = ["cpu"]\n'
+    with pytest.raises(SpecError, match="candidate.torch: duplicate candidate name"):
+        load_catalog([write(tmp_path, text)])
+
+
+def test_addon_for_unknown_op(tmp_path):
+    text = 'op = "nope"\n[[candidate]]\nname = "a"\ncallable = "m:f"\ndevices = ["cpu"]\n'
+    with pytest.raises(SpecError, match="unknown op 'nope'"):
+        load_catalog([write(tmp_path, text)])
+
+
+def test_missing_spec_file(tmp_path):
+    with pytest.raises(SpecError, match="spec file not found"):
+        load_catalog([tmp_path / "absent.toml"])
+
+
+@pytest.mark.parametrize(
+    "gold,fragment",
+    [
+        ("no_such_module_q:gold", "module 'no_such_module_q' not found"),
+        ("kernelcheck.ops.logp:nope", "has no attribute 'nope'"),
+    ],
+)
+def test_unresolvable_gold_is_refused_before_anything_runs(tmp_path, gold, fragment):
+    path = write(tmp_path, LOGP_HEAD.replace("kernelcheck.ops.logp:gold", gold))
+    with pytest.raises(SpecError, match=fragment):
+        api.plan(load_catalog([path]), "mini", device="cpu")
+
+
+@pytest.mark.parametrize(
+    "callable_,fragment",
+    [
+        ("no_such_module_q:logp", "module 'no_such_module_q' not found"),
+        ("my_kernels:nope", "has no attribute 'nope'"),
+        ("broken_module:logp", "failed to import: ImportError: libmykernel.so"),
+    ],
+)
+def test_requested_candidate_with_bad_import_path_is_a_usage_error(tmp_path, callable_, fragment):
+    import shutil
+
+    from tests.conftest import FIXTURES
+
+    shutil.copy(SPECS / "my_kernels.py", tmp_path)
+    shutil.copy(FIXTURES / "broken_module.py", tmp_path)
+    text = f'op = "logp"\n[[candidate]]\nname = "x"\ncallable = "{callable_}"\ndevices = ["cpu"]\n'
+    cat = load_catalog([write(tmp_path, text)])
+    with pytest.raises(UsageError, match=fragment):
+        api.plan(cat, "logp", candidate_names=["x"], device="cpu")
+
+
+def test_dim_expressions_never_eval():
+    assert eval_dim_expr("vocab+7", {"vocab": 10}) == 17
+    assert eval_dim_expr("vocab - 1", {"vocab": 10}) == 9
+    assert eval_dim_expr(-100, {"vocab": 10}) == -100
+    with pytest.raises(ValueError):
+        eval_dim_expr("__import__('os')", {"vocab": 10})

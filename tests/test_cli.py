@@ -1,0 +1,208 @@
+"""The command line, as users and CI run it: exit codes, formats, outputs, user specs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SPECS
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["--dtype", "fp32", "--batch", "2", "--seq", "3", "--vocab", "33", "--seed", "0"]
+
+
+def kc(*args, env=None, cwd=None):
+    env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "kernelcheck", *args], capture_output=True, text=True, env=env,
+        cwd=cwd, timeout=300,
+    )  # fmt: skip
+
+
+def test_run_passes_and_writes_every_report(tmp_path):
+    out, xml = tmp_path / "r.json", tmp_path / "r.xml"
+    p = kc("run", "--op", "logp", "--candidate", "torch", *SMALL, "--json-out", str(out),
+           "--junit-out", str(xml))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "PASSED" in p.stdout
+    data = json.loads(out.read_text())
+    assert data["summary"]["passed"] and data["summary"]["counts"]["pass"] == 8
+    assert len(ET.parse(xml).getroot().findall(".//testcase")) == 8
+
+
+@pytest.mark.parametrize("fmt,marker", [("plain", "suite=logp passed=True"),
+                                        ("markdown", "### kernelcheck `logp`"),
+                                        ("json", '"schema_version": 1'),
+                                        ("table", "logp / torch on cpu")])  # fmt: skip
+def test_every_format(fmt, marker):
+    p = kc("run", "--op", "logp", "--candidate", "torch", *SMALL, "--checks",
+           "forward_accuracy,contract", "--format", fmt)  # fmt: skip
+    assert p.returncode == 0 and marker in p.stdout, p.stderr
+
+
+def test_failing_check_exits_1_with_reason_and_repro(tmp_path):
+    spec = tmp_path / "bad.toml"
+    spec.write_text('op = "logp"\n[[candidate]]\nname = "bad"\ncallable = '
+                    '"broken_logp:off_by_small"\ndevices = ["cpu"]\n')  # fmt: skip
+    env = {"PYTHONPATH": str(REPO / "tests" / "fixtures")}
+    p = kc("run", "--op", "logp", "--spec", str(spec), "--candidate", "bad", *SMALL, "--checks",
+           "forward_accuracy", "--format", "plain", env=env)  # fmt: skip
+    assert p.returncode == 1
+    repro = next(line for line in p.stdout.splitlines() if "repro:" in line).split("repro: ")[1]
+    assert "--spec" in repro and "--checks forward_accuracy" in repro and "--seed 0" in repro
+    command = repro.replace("kernelcheck", f"{sys.executable} -m kernelcheck", 1)
+    env_all = {**os.environ, **env}
+    again = subprocess.run(command, shell=True, capture_output=True, text=True, env=env_all)
+    assert again.returncode == 1 and "outside atol=1e-05" in again.stdout
+
+
+def test_user_spec_outside_the_repo_adds_a_candidate(tmp_path):
+    import shutil
+
+    for f in ("my_kernels.toml", "my_kernels.py"):
+        shutil.copy(SPECS / f, tmp_path)
+    p = kc("run", "--op", "logp", "--spec", "my_kernels.toml", "--candidate", "mykernel", *SMALL,
+           cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "logp / mykernel on cpu" in p.stdout
+
+
+def test_the_exact_user_command_on_the_default_grid(tmp_path):
+    """The issue's command as written: the default grid, one user candidate."""
+    import shutil
+
+    for f in ("my_kernels.toml", "my_kernels.py"):
+        shutil.copy(SPECS / f, tmp_path)
+    p = kc("run", "--op", "logp", "--spec", "my_kernels.toml", "--candidate", "mykernel",
+           "--no-check-grad", "--checks", "forward_accuracy,contract", cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr
+
+
+def test_second_op_declared_only_in_a_spec():
+    p = kc("run", "--op", "log_softmax", "--spec", str(SPECS / "log_softmax.toml"),
+           "--candidate", "torch", "--format", "json")  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    data = json.loads(p.stdout)
+    checks = {r["check"] for r in data["results"]}
+    assert {"forward_accuracy", "backward_accuracy", "forward_invariance", "contract"} <= checks
+    spec = str(SPECS / "log_softmax.toml")
+    lossy = kc("run", "--op", "log_softmax", "--spec", spec, "--candidate", "lossy", "--dtype",
+               "fp32", "--checks", "forward_accuracy")  # fmt: skip
+    assert lossy.returncode == 1
+
+
+BAD_FLAGS = [
+    (["--op", "nope"], "unknown op 'nope'; valid ops: logp"),
+    (["--op", "logp", "--candidate", "nope"], "unknown candidate 'nope' for op logp; valid: torch"),
+    (["--op", "logp", "--dtype", "fp8"], "unknown dtype 'fp8'; valid: fp32, bf16, fp16"),
+    (["--op", "logp", "--device", "tpu"], "unknown device 'tpu'; valid: auto, cpu, cuda, npu"),
+    (["--op", "logp", "--device", "npu"], "device npu is not available here: torch_npu"),
+    (["--op", "logp", "--device", "cuda"], "device cuda is not available here"),
+    (
+        ["--op", "logp", "--candidate", "ascend"],
+        "candidate ascend cannot run on cpu: needs device npu",
+    ),
+    (["--op", "logp", "--checks", "forward_acuracy"], "unknown check 'forward_acuracy'; valid:"),
+    (["--op", "logp", "--batch", "0"], "--batch: expected an integer >= 1, got 0"),
+    (["--op", "logp", "--vocab", "-5"], "--vocab: expected an integer >= 1, got -5"),
+    (["--op", "logp", "--batch", "x"], "Invalid value for '--batch'"),
+    (["--op", "logp", "--shard", "3/2"], "--shard: expected 1 <= K <= N, got '3/2'"),
+    (
+        ["--op", "logp", "--json-out", "/no/such/dir/r.json"],
+        "--json-out: folder /no/such/dir does not exist",
+    ),
+    (["--op", "logp", "--format", "xml"], "unknown format 'xml'"),
+    (["--op", "logp", "--distributions", "uniform"], "unknown distribution 'uniform'"),
+    (["--op", "logp", "--timeout", "0"], "--timeout: expected a number of seconds > 0"),
+    (["--op", "logp", "--spec", "/no/such.toml"], "/no/such.toml: spec file not found"),
+    (["--op", "logp", "--nope"], "No such option: --nope"),
+]
+
+
+@pytest.mark.parametrize("args,fragment", BAD_FLAGS, ids=[" ".join(a) for a, _ in BAD_FLAGS])
+def test_bad_input_is_one_line_and_exit_2(args, fragment):
+    p = kc("run", *args)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kernelcheck: error: "), p.stderr
+    assert fragment in lines[0]
+    assert "Traceback" not in p.stderr
+
+
+def test_debug_shows_the_traceback():
+    p = kc("--debug", "run", "--op", "nope")
+    assert p.returncode == 2 and "Traceback" in p.stderr
+
+
+def test_list_says_why_a_candidate_cannot_run_and_survives_a_broken_module(tmp_path):
+    spec = tmp_path / "broken.toml"
+    spec.write_text('op = "logp"\n[[candidate]]\nname = "broken"\ncallable = '
+                    '"broken_module:logp"\ndevices = ["cpu"]\n')  # fmt: skip
+    env = {"PYTHONPATH": str(REPO / "tests" / "fixtures")}
+    p = kc("list", "--spec", str(spec), "--format", "json", env=env)
+    assert p.returncode == 0, p.stderr
+    cands = json.loads(p.stdout)["ops"]["logp"]["candidates"]
+    assert cands["torch"]["runs_here"]["cpu"] == "yes"
+    assert "needs device npu" in cands["ascend"]["runs_here"]["npu"]
+    assert "ImportError: libmykernel.so" in cands["broken"]["importable"]
+
+
+def test_run_continues_past_a_broken_candidate_module(tmp_path):
+    spec = tmp_path / "broken.toml"
+    spec.write_text('op = "logp"\n[[candidate]]\nname = "broken"\ncallable = '
+                    '"broken_module:logp"\ndevices = ["cpu"]\n')  # fmt: skip
+    env = {"PYTHONPATH": str(REPO / "tests" / "fixtures")}
+    p = kc("run", "--op", "logp", "--spec", str(spec), *SMALL, "--checks", "forward_accuracy",
+           "--format", "json", env=env)  # fmt: skip
+    assert p.returncode == 1
+    by_cand = {r["candidate"]: r for r in json.loads(p.stdout)["results"]}
+    assert by_cand["broken"]["status"] == "error" and "cannot load" in by_cand["broken"]["message"]
+    assert by_cand["torch"]["status"] == "pass"
+
+
+def test_doctor_json_has_native_libraries():
+    p = kc("doctor", "--format", "json")
+    assert p.returncode == 0
+    data = json.loads(p.stdout)
+    libs = data["native_libraries"]
+    assert set(libs) == {"cpu", "cuda", "ascend"}
+    for entry in libs.values():
+        assert (
+            entry["status"] in ("available", "built", "missing")
+            and "path" in entry
+            and "reason" in entry
+        )
+    assert data["devices"]["cpu"]["available"] is True
+
+
+def test_torch_npu_without_cann_leaves_kernelcheck_working(tmp_path):
+    """A stand-in torch_npu package whose import fails the way one without CANN does."""
+    pkg = tmp_path / "torch_npu"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        'raise ImportError("libhccl.so: cannot open shared object file")\n'
+    )
+    env = {"PYTHONPATH": str(tmp_path)}
+    p = kc("doctor", "--format", "json", env=env)
+    assert p.returncode == 0, p.stderr
+    npu = json.loads(p.stdout)["devices"]["npu"]
+    assert not npu["available"] and "libhccl.so" in npu["reason"] and npu["torch_npu_installed"]
+    p = kc("run", "--op", "logp", "--device", "npu", env=env)
+    assert p.returncode == 2 and "torch_npu not importable: ImportError: libhccl.so" in p.stderr
+    p = kc("run", "--op", "logp", "--candidate", "torch", *SMALL, "--checks", "contract", env=env)
+    assert p.returncode == 0, p.stderr
+
+
+def test_github_step_summary(tmp_path):
+    summary = tmp_path / "summary.md"
+    p = kc("run", "--op", "logp", "--candidate", "torch", *SMALL, "--checks", "contract",
+           env={"GITHUB_STEP_SUMMARY": str(summary)})  # fmt: skip
+    assert p.returncode == 0 and summary.read_text().startswith(
+        "### kernelcheck `logp` on cpu: PASSED"
+    )

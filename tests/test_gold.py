@@ -1,0 +1,45 @@
+"""The float64 gold: exact on the rounded inputs, and bounded in memory by row chunks."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelcheck import gold
+from kernelcheck.cases.inputs import make_inputs
+from kernelcheck.ops.logp import gold as logp_gold
+
+
+def test_chunked_gold_equals_one_shot(catalog):
+    op = catalog.op("logp")
+    x = make_inputs(op, {"batch": 5, "seq": 3, "vocab": 257}, "bf16", 0, "masked")
+    whole = gold.forward(op, logp_gold, x, (5, 3))[0]
+    tiny = gold.forward(op, logp_gold, x, (5, 3), chunk_bytes=1)[0]  # one row per chunk
+    assert whole.dtype == torch.float64 and whole.shape == (5, 3)
+    assert torch.equal(whole, tiny)
+    direct = logp_gold(x["logits"].double(), x["target"])
+    assert torch.equal(whole, direct)
+
+
+def test_gold_upcasts_the_same_rounded_values(catalog):
+    op = catalog.op("logp")
+    x = make_inputs(op, {"batch": 2, "vocab": 33}, "bf16", 0, "normal")
+    got = gold.forward(op, logp_gold, x, (2,))[0]
+    ref = torch.log_softmax(x["logits"].double(), -1).gather(-1, x["target"].clamp(0).unsqueeze(-1))
+    valid = x["target"] >= 0
+    assert torch.allclose(got[valid], ref.squeeze(-1)[valid], rtol=0, atol=1e-15)
+
+
+def test_gold_backward_is_onehot_minus_softmax_and_zero_out_of_range(catalog):
+    op = catalog.op("logp")
+    x = make_inputs(op, {"batch": 4, "vocab": 17}, "fp32", 0, "normal")
+    x["target"][1] = -100
+    g = torch.randn(4, dtype=torch.float64)
+    chunks = list(gold.backward_chunks(op, logp_gold, x, [g], (4,), chunk_bytes=1))
+    assert len(chunks) == 4  # one row each
+    grad = torch.cat([c["logits"] for _, c in chunks])
+    p = torch.softmax(x["logits"].double(), -1)
+    onehot = torch.nn.functional.one_hot(x["target"].clamp(0), 17).double()
+    want = g[:, None] * (onehot - p)
+    want[1] = 0
+    assert torch.allclose(grad, want, atol=1e-15)
+    assert torch.equal(grad[1], torch.zeros(17, dtype=torch.float64))
