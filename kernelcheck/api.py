@@ -8,13 +8,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
 from kernelcheck.cases.grid import Case, parse_shard, shard
 from kernelcheck.cases.inputs import DISTRIBUTIONS
-from kernelcheck.checks import CHECKS, GRAD_CHECKS
+from kernelcheck.checks import CHECKS
+from kernelcheck.compare import op_spec_digest, plan_digest
 from kernelcheck.errors import Interrupted, SpecError, UsageError
 from kernelcheck.results import CheckResult, Report, environment
 from kernelcheck.runner.case import RunOptions
@@ -36,6 +36,7 @@ class Plan:
     shard: tuple[int, int] | None = None
     isolate: bool | None = None  # None: native candidates isolated, Python ones in process
     timeout_s: float | None = None  # None: the spec's per-case timeout
+    plan_digest: str = ""  # what the whole (unsharded) run covers: merge refuses a mismatch
 
 
 def _split(values: Iterable[str] | str | None) -> list[str]:
@@ -92,8 +93,6 @@ def plan(
     for c in checks:
         if c not in CHECKS:
             raise UsageError(f"unknown check {c!r}; valid: {', '.join(CHECKS)}")
-    if not check_grad and _split(check_names):
-        checks = [c for c in checks if c not in GRAD_CHECKS] or checks
     dists = _split(distributions) or list(spec.grid.distributions)
     for d in dists:
         if d not in DISTRIBUTIONS:
@@ -136,10 +135,11 @@ def plan(
         Case(spec.name, c, dev, d, tuple(s.items()), tuple(seed_list), tuple(dists), tuple(checks))
         for c, d, s in itertools.product(runnable, dts, shapes)
     ]
+    digest = plan_digest(cases, check_grad)  # before sharding: the same in every shard
     if shard_kn:
         cases = shard(cases, *shard_kn)
     options = RunOptions(check_grad=check_grad, user_specs=catalog.user_specs)
-    return Plan(spec, dev, cases, options, unavailable, shard_kn, isolate, timeout_s)
+    return Plan(spec, dev, cases, options, unavailable, shard_kn, isolate, timeout_s, digest)
 
 
 def _resolve_gold(spec: OpSpec) -> None:
@@ -169,6 +169,9 @@ def execute(
 
     report = Report(plan.op.name, plan.op.version, plan.device, environment=environment())
     report.unavailable = dict(plan.unavailable)
+    report.extra["spec_digest"] = op_spec_digest(plan.op)
+    if plan.plan_digest:
+        report.extra["plan_digest"] = plan.plan_digest
     if plan.shard:
         report.extra["shard"] = f"{plan.shard[0]}/{plan.shard[1]}"
     report.not_run = [c.id for c in plan.cases]
@@ -256,7 +259,3 @@ def doctor() -> dict:
 
 
 __all__ = ["Plan", "describe", "doctor", "execute", "load_catalog", "plan", "run"]
-
-
-def spec_paths(values: Iterable[str] | None) -> list[Path]:
-    return [Path(v) for v in values or []]

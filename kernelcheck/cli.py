@@ -154,13 +154,30 @@ def run(
         Optional[float],
         typer.Option("--timeout", help="Per-case timeout in seconds (default: the spec's)."),
     ] = None,
+    baseline: Annotated[
+        Optional[Path],
+        typer.Option("--baseline", help="Diff against this JSON report; exit 1 on a regression."),
+    ] = None,
+    baseline_factor: Annotated[
+        float, typer.Option("--baseline-factor", help="Metric growth counted as a regression.")
+    ] = 2.0,
+    shrink: Annotated[
+        bool, typer.Option("--shrink/--no-shrink", help="Shrink failing cases to a minimal repro.")
+    ] = True,
+    shrink_budget: Annotated[
+        float, typer.Option("--shrink-budget", help="Seconds for shrinking, all failures together.")
+    ] = 60.0,
 ) -> None:
     """Run the checks of an op's candidates over its dtype x shape grid."""
     from kernelcheck import api
     from kernelcheck import report as rep
+    from kernelcheck.commands.compare import read_report
     from kernelcheck.report.json_report import JsonReportWriter, check_writable, write_atomic
 
     try:
+        base = read_report(baseline) if baseline else None
+        if baseline_factor < 1:
+            raise UsageError(f"--baseline-factor: expected a number >= 1, got {baseline_factor}")
         if fmt not in rep.FORMATS:
             raise UsageError(f"unknown format {fmt!r}; valid: {', '.join(rep.FORMATS)}")
         for flag, path in (("--json-out", json_out), ("--junit-out", junit_out)):
@@ -209,6 +226,15 @@ def run(
     finally:
         if progress:
             progress.stop()
+    shrunk = {}
+    if shrink and shrink_budget > 0 and not report.passed and not report.interrupted:
+        from kernelcheck.runner.shrink import shrink_failures
+
+        _stop_on_signals()
+        try:
+            shrunk = shrink_failures(catalog, plan, report, shrink_budget)
+        except Interrupted:
+            pass  # the run's own results are complete: keep them, skip the shrinking
     if writer:
         writer.write(report)
     if junit_out:
@@ -223,10 +249,29 @@ def run(
         sys.stdout.write(rep.to_markdown(report))
     else:
         sys.stdout.write(rep.to_json(report) + "\n")
+    if shrunk and fmt in ("table", "plain"):
+        from kernelcheck.runner.shrink import format_shrink
+
+        for (case_id, check), outcome in shrunk.items():
+            sys.stdout.write(f"{case_id} {check}: {format_shrink(outcome)}\n")
     summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:
         with open(summary_path, "a") as fh:
             fh.write(rep.to_markdown(report) + "\n")
+    regressed = False
+    if base is not None:
+        from kernelcheck.compare import diff as diff_reports
+        from kernelcheck.compare import render_diff, render_diff_markdown
+
+        try:
+            changes = diff_reports(base, report.to_dict(), factor=baseline_factor)
+        except UsageError as exc:
+            _fail(str(exc))
+        (sys.stderr if fmt == "json" else sys.stdout).write(render_diff(changes))
+        regressed = changes.regressed
+        if summary_path:
+            with open(summary_path, "a") as fh:
+                fh.write(render_diff_markdown(changes) + "\n")
     if report.interrupted:
         typer.echo(
             f"kernelcheck: interrupted by {report.interrupted}; "
@@ -234,7 +279,7 @@ def run(
             err=True,
         )
         raise typer.Exit(_EXIT_FOR_SIGNAL.get(report.interrupted, EXIT_SIGINT))
-    raise typer.Exit(EXIT_OK if report.passed else EXIT_FAILED)
+    raise typer.Exit(EXIT_OK if report.passed and not regressed else EXIT_FAILED)
 
 
 @app.command("list")
@@ -302,8 +347,11 @@ def doctor(fmt: Annotated[str, typer.Option("--format", help="table or json.")] 
 
 def _register_commands() -> None:
     from kernelcheck.commands.bench import bench
+    from kernelcheck.commands.compare import diff, merge
 
     app.command()(bench)
+    app.command()(merge)
+    app.command()(diff)
 
 
 _register_commands()

@@ -14,9 +14,12 @@ commands (:mod:`kernelcheck.commands.compare`) do.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from kernelcheck.errors import UsageError
 from kernelcheck.results import FAILING, SCHEMA_VERSION, STATUSES
@@ -52,6 +55,33 @@ def fingerprint(report: dict, name: str) -> str | None:
 def spec_digest(report: dict) -> str | None:
     """The spec fingerprint a run recorded (sha256 of the op's spec files)."""
     return fingerprint(report, "spec_digest")
+
+
+def op_spec_digest(op) -> str:
+    """sha256 over the bytes of the spec files behind an op: its own and the add-on specs
+    that gave it candidates. Independent of where the files sit (shards on other hosts)."""
+    files = {Path(op.source), *(Path(c.source) for c in op.candidates.values())}
+    parts = []
+    for f in files:
+        try:
+            parts.append(hashlib.sha256(f.read_bytes()).hexdigest())
+        except OSError:
+            parts.append(f"missing:{f.name}")
+    return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()
+
+
+def plan_digest(cases, check_grad: bool = True) -> str:
+    """sha256 of what a run covers, computed *before* sharding: the case ids, seeds,
+    distributions and checks, and whether gradients are checked. Every shard of one
+    plan records the same digest; another grid, seed list or check list differs."""
+    body = {
+        "cases": sorted(c.id for c in cases),
+        "seeds": sorted({s for c in cases for s in c.seeds}),
+        "distributions": sorted({d for c in cases for d in c.distributions}),
+        "checks": sorted({k for c in cases for k in c.checks}),
+        "check_grad": bool(check_grad),
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def validate_report(data: object, name: str = "report") -> dict:
@@ -179,6 +209,9 @@ def merge(reports: list[dict], names: list[str] | None = None) -> dict:
         "not_run": not_run,
         "wall_time_s": max((s.get("wall_time_s") or 0.0 for s in summaries), default=0.0),
     }
+    shrunk = {k: v for s in summaries for k, v in (s.get("shrunk") or {}).items()}
+    if shrunk:  # the failures' shrink outcomes (kernelcheck.runner.shrink.shrink_failures)
+        out["summary"]["shrunk"] = shrunk
     return out
 
 
@@ -373,6 +406,13 @@ def diff(
             gone_by_case[_case_group(key)] += 1
     base_by_case: dict[str, int] = Counter(_case_group(k) for k in base)
     d.disappeared_cases = [c for c, n in gone_by_case.items() if n == base_by_case[c]]
+    unavailable = (new.get("summary") or {}).get("unavailable_candidates") or {}
+    for cand in sorted({c.key[KEY_FIELDS.index("candidate")] for c in d.disappeared}):
+        if cand in unavailable:
+            d.notes.append(f"candidate {cand} did not run in the new report: {unavailable[cand]}")
+    for case_id in (new.get("summary") or {}).get("not_run") or []:
+        if case_id in gone_by_case:
+            d.notes.append(f"case {case_id} did not run in the new report (interrupted)")
     return d
 
 
@@ -446,10 +486,10 @@ def render_diff(d: Diff) -> str:
     )
     out.extend(f"note: {n}" for n in d.notes)
 
-    def section(title: str, lines: list[str]) -> None:
+    def section(title: str, lines: list[str], count: int | None = None) -> None:
         if lines:
             out.append("")
-            out.append(f"{title} ({len(lines)}):")
+            out.append(f"{title} ({len(lines) if count is None else count}):")
             out.extend(f"  {line}" for line in lines)
 
     nf = []
@@ -457,8 +497,8 @@ def render_diff(d: Diff) -> str:
         nf.append(f"{c.case_id} {c.check}: {_status(c.before)} -> {c.after}: {c.message}".rstrip())
         if c.repro:
             nf.append(f"  repro: {c.repro}")
-    section("New failures", nf)
-    section("Disappeared", _disappeared_lines(d))
+    section("New failures", nf, len(d.new_failures))
+    section("Disappeared", _disappeared_lines(d), len(d.disappeared))
     section(
         "Newly skipped",
         [
@@ -491,9 +531,9 @@ def render_diff_markdown(d: Diff) -> str:
     out = [f"### kernelcheck diff: {verdict}", "", _headline(d).split(": ", 2)[2], ""]
     out.extend(f"- note: {n}" for n in d.notes)
 
-    def section(title: str, lines: list[str]) -> None:
+    def section(title: str, lines: list[str], count: int | None = None) -> None:
         if lines:
-            out.append(f"#### {title} ({len(lines)})")
+            out.append(f"#### {title} ({len(lines) if count is None else count})")
             out.append("")
             out.extend(f"- {line}" for line in lines)
             out.append("")
@@ -506,7 +546,7 @@ def render_diff_markdown(d: Diff) -> str:
             for c in d.new_failures
         ],
     )
-    section("Disappeared", [f"`{line}`" for line in _disappeared_lines(d)])
+    section("Disappeared", [f"`{line}`" for line in _disappeared_lines(d)], len(d.disappeared))
     section("Newly skipped", [f"{c.case_id} {c.check}: {c.message}" for c in d.newly_skipped])
     section(
         "Metric regressions",
@@ -530,6 +570,8 @@ __all__ = [
     "render_diff_markdown",
     "result_key",
     "fingerprint",
+    "op_spec_digest",
+    "plan_digest",
     "spec_digest",
     "validate_report",
 ]

@@ -11,8 +11,16 @@ from typer.testing import CliRunner
 
 from kernelcheck import api
 from kernelcheck.commands import compare as commands
-from kernelcheck.compare import diff, merge, render_diff, render_diff_markdown
+from kernelcheck.compare import (
+    diff,
+    merge,
+    op_spec_digest,
+    plan_digest,
+    render_diff,
+    render_diff_markdown,
+)
 from kernelcheck.errors import UsageError
+from kernelcheck.spec import load_catalog
 
 from .conftest import SMALL
 
@@ -106,7 +114,8 @@ def test_diff_catches_a_metric_regression_and_a_dropped_case(runs):
     new = copy.deepcopy(full)
     bumped = next(r for r in new["results"] if r["check"] == "forward_accuracy")
     bumped["metrics"]["max_abs"] *= 3
-    dropped = new["results"][-1]["case_id"]
+    dropped, dropped_cand = new["results"][-1]["case_id"], new["results"][-1]["candidate"]
+    new["summary"]["unavailable_candidates"] = {dropped_cand: "library missing"}
     new["results"] = [r for r in new["results"] if r["case_id"] != dropped]
     flipped = new["results"][2]
     flipped["status"], flipped["message"] = "fail", "injected"
@@ -118,6 +127,7 @@ def test_diff_catches_a_metric_regression_and_a_dropped_case(runs):
     ]
     assert d.disappeared_cases == [dropped]
     assert {c.case_id for c in d.disappeared} == {dropped}
+    assert f"candidate {dropped_cand} did not run in the new report: library missing" in d.notes
     assert [(c.case_id, c.check, c.before, c.after) for c in d.new_failures] == [
         (flipped["case_id"], flipped["check"], "pass", "fail")
     ]
@@ -202,3 +212,18 @@ def test_cli_usage_errors_are_one_line_exit_2(runs, tmp_path):
         assert len(lines) == 1 and lines[0].startswith("kernelcheck: error: "), res.stderr
         assert why in lines[0]
     assert not (tmp_path / "o.json").exists()
+
+
+def test_fingerprints_for_the_run_to_record(catalog, tmp_path):
+    addon = tmp_path / "addon.toml"
+    addon.write_text(
+        'op = "logp"\n[[candidate]]\nname = "x"\ncallable = "m:f"\ndevices = ["cpu"]\n'
+    )
+    with_addon = load_catalog([addon])
+    assert op_spec_digest(catalog.ops["logp"]) == op_spec_digest(load_catalog().ops["logp"])
+    assert op_spec_digest(catalog.ops["logp"]) != op_spec_digest(with_addon.ops["logp"])
+    p0 = api.plan(catalog, "logp", device="cpu", seeds=[0])
+    p1 = api.plan(catalog, "logp", device="cpu", seeds=[1])
+    assert plan_digest(p0.cases) == plan_digest(list(reversed(p0.cases)))
+    assert plan_digest(p0.cases) != plan_digest(p1.cases)
+    assert plan_digest(p0.cases) != plan_digest(p0.cases, check_grad=False)

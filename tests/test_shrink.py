@@ -12,7 +12,7 @@ import pytest
 
 from kernelcheck import api
 from kernelcheck.runner.case import RunOptions
-from kernelcheck.runner.shrink import shrink
+from kernelcheck.runner.shrink import format_shrink, shrink, shrink_failures
 from kernelcheck.spec import load_catalog
 
 from .conftest import FIXTURES
@@ -148,3 +148,30 @@ def test_search_finds_the_size_threshold_of_a_bug(tmp_path):
     assert 300 <= out.shape["vocab"] <= 300 * 9 // 8
     assert out.distribution == "normal"
     assert "rows 32 -> 3" in " ".join(out.steps)
+
+
+def test_shrink_failures_of_a_run_share_one_budget(broken):
+    catalog, _, _ = broken
+    plan = api.plan(
+        catalog,
+        "logp",
+        candidate_names=["broken"],
+        device="cpu",
+        dtype_names="fp32",
+        check_names="forward_accuracy,determinism",
+        seeds=[0],
+        distributions="normal",
+        shape={"batch": 4, "seq": 8, "vocab": 1000},
+    )
+    report = api.execute(plan)
+    assert [r.status for r in report.results] == ["fail", "pass"]
+    outcomes = shrink_failures(catalog, plan, report, budget_s=60.0)
+    (key,) = outcomes
+    assert key == ("broken-fp32-4x8x1000", "forward_accuracy")
+    line = format_shrink(outcomes[key])
+    assert line.startswith("shrunk: kernelcheck run --op logp --spec ")
+    assert "broken-fp32-4x8x1000 -> broken-fp32-1x1" in line
+    assert report.summary()["shrunk"]["broken-fp32-4x8x1000 forward_accuracy"]["shape"] == {
+        "batch": 1,
+        "vocab": 1,
+    }

@@ -32,7 +32,7 @@ class RunOptions:
 
 def run_case(op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResult]:
     cand = op.candidates[case.candidate]
-    implementation = ""
+    implementation, fn = "", None
 
     def result(check: str, outcome: Outcome, seconds: float = 0.0) -> CheckResult:
         seed = outcome.seed if outcome.seed is not None else (case.seeds[0] if case.seeds else None)
@@ -61,7 +61,8 @@ def run_case(op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResul
             message=outcome.message,
             repro=repro,
             duration_s=round(seconds, 4),
-            implementation=implementation,
+            # a wrapper may record what actually ran (a replaced kernel entry, say)
+            implementation=getattr(fn, "last_implementation", None) or implementation,
         )
 
     try:
@@ -72,7 +73,7 @@ def run_case(op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResul
         for name in case.checks:
             yield result(name, Outcome("error", f"cannot load: {exc}"))
         return
-    implementation = loaded.implementation
+    implementation, fn = loaded.implementation, loaded.fn
 
     grad, grad_reason = options.check_grad, ""
     if not options.check_grad:

@@ -290,4 +290,53 @@ def _describe(op, before: Case, after: Case) -> str:
     return f"{', '.join(dims)} (rows {_rows(op, b)} -> {_rows(op, a)})"
 
 
-__all__ = ["SIMPLEST_FIRST", "ShrinkOutcome", "shrink"]
+def format_shrink(o: ShrinkOutcome) -> str:
+    """One line for a report, next to the original repro: the shrunk repro and the search."""
+    b = "budget spent, " if o.exhausted_budget else ""
+    if not o.reproduced:
+        return (
+            f"shrink: did not reproduce on seed {o.seed} alone "
+            f"({b}{o.attempts} attempt(s), {o.elapsed_s:.1f} s)"
+        )
+    if not o.shrunk:
+        return f"shrink: no smaller failing case ({b}{o.attempts} attempt(s), {o.elapsed_s:.1f} s)"
+    return (
+        f"shrunk: {o.repro}  [{o.original_case_id} -> {o.case_id}, {o.distribution}; "
+        f"{b}{o.attempts} attempt(s), {o.elapsed_s:.1f} s]"
+    )
+
+
+def shrink_failures(
+    catalog: Catalog, plan, report, budget_s: float = 60.0
+) -> dict[tuple[str, str], ShrinkOutcome]:
+    """Shrink a run's failures within one shared budget; ``{(case_id, check): outcome}``.
+
+    One search per (candidate, dtype, check), started from its fewest-rows failing case
+    (the cheapest start; the other shapes usually fail for the same reason). Attempts
+    run with the plan's isolation and timeout. The outcomes are also recorded in
+    ``report.extra["shrunk"]`` (the JSON summary), keyed ``"<case_id> <check>"``.
+    """
+    failing = [r for r in report.results if r.status not in ("pass", "skip")]
+    first: dict[tuple, CheckResult] = {}
+    for r in sorted(failing, key=lambda r: (_rows(plan.op, r.shape), sum(r.shape.values()))):
+        first.setdefault((r.candidate, r.dtype, r.check), r)
+    out: dict[tuple[str, str], ShrinkOutcome] = {}
+    if not first:
+        return out
+    executor = Executor(plan.isolate, plan.timeout_s)
+    t0 = time.perf_counter()
+    try:
+        for r in first.values():
+            left = budget_s - (time.perf_counter() - t0)
+            if left <= 0:
+                break
+            out[(r.case_id, r.check)] = shrink(
+                catalog, plan.op.name, r, plan.options, left, executor
+            )
+    finally:
+        executor.close()
+    report.extra["shrunk"] = {f"{k[0]} {k[1]}": o.to_dict() for k, o in out.items()}
+    return out
+
+
+__all__ = ["SIMPLEST_FIRST", "ShrinkOutcome", "format_shrink", "shrink", "shrink_failures"]
