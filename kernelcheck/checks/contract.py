@@ -8,16 +8,18 @@ contiguous copy.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from kernelcheck.checks.base import Check, Outcome, Trial, WrongOutput
+from kernelcheck.checks.base import Check, Outcome, Trial, WrongOutput, flat_rows
 from kernelcheck.checks.metrics import bits, first_bit_difference
 from kernelcheck.spec.load import eval_dim_expr
 
 
 class Contract(Check):
     name = "contract"
-    PARAMS = {"max_seeds": 1}
+    PARAMS = {"max_seeds": 1, "rows": 16}
     summary = "dtype, shape, out-of-range -> exact value, empty input, strided == contiguous bits"
 
     def __init__(self, ctx, params=None):
@@ -37,6 +39,17 @@ class Contract(Check):
             except WrongOutput as exc:
                 self.problems.append(f"{part.__name__.strip('_')}: {exc}")
 
+    def _head(self, trial: Trial) -> tuple[dict, tuple[int, ...]]:
+        """The trial's first rows as a 2-D lead batch: the interface parts need no more."""
+        op = self.ctx.op
+        nlead = len(self.ctx.lead)
+        n = min(int(self.params["rows"]), math.prod(self.ctx.lead))
+        head = {}
+        for spec in op.inputs:
+            t = trial.cpu_inputs[spec.name]
+            head[spec.name] = flat_rows(t, nlead)[:n].clone() if op.is_row_wise(spec) else t
+        return head, (n,)
+
     def _types(self, trial: Trial) -> None:
         outs = self.ctx.call(self.ctx.to_device(trial.cpu_inputs))
         for i, o in enumerate(outs):
@@ -54,7 +67,7 @@ class Contract(Check):
         rule = self.ctx.op.out_of_range
         if rule is None:
             return
-        inputs = {k: v.clone() for k, v in trial.cpu_inputs.items()}
+        inputs, lead = self._head(trial)
         idx = inputs[rule.input].reshape(-1)
         values = [eval_dim_expr(v, self.ctx.sizes) for v in rule.values]
         rows = list(range(0, idx.numel(), 2))[: max(len(values), idx.numel() // 2)]
@@ -77,7 +90,8 @@ class Contract(Check):
                     + first_bit_difference(got[k : k + 1].float(), want.view(1))
                 )
         if self.ctx.grad:
-            _, grads = self.ctx.call_backward(self.ctx.to_device(inputs), trial.upstream)
+            upstream = self.ctx.upstream(trial.seed, lead)
+            _, grads = self.ctx.call_backward(self.ctx.to_device(inputs), upstream)
             for n, g in grads.items():
                 if not self.ctx.op.is_row_wise(self.ctx.op.input(n)):
                     continue
@@ -109,13 +123,13 @@ class Contract(Check):
     def _strided(self, trial: Trial) -> None:
         op = self.ctx.op
         row_wise = {i.name: op.is_row_wise(i) for i in op.inputs}
-        nlead = len(self.ctx.lead)
         before = len(self.problems)
+        head, (n,) = self._head(trial)
         # (a) rows padded: last dim contiguous, row stride larger than the row
-        dev = self.ctx.to_device(trial.cpu_inputs)
+        dev = self.ctx.to_device(head)
         padded = {}
         for k, v in dev.items():
-            if row_wise[k] and v.is_floating_point() and v.dim() > nlead:
+            if row_wise[k] and v.is_floating_point() and v.dim() > 1:
                 wide = torch.zeros(*v.shape[:-1], v.shape[-1] + 3, dtype=v.dtype, device=v.device)
                 wide[..., : v.shape[-1]] = v
                 padded[k] = wide[..., : v.shape[-1]]
@@ -123,13 +137,8 @@ class Contract(Check):
                 padded[k] = v
         self._same_bits("row-padded view", padded, dev)
         # (b) every other row of a batch twice as long: strided lead dim
-        if nlead:
-            double = self.ctx.draw(
-                trial.seed,
-                trial.distribution,
-                lead=(2 * self.ctx.lead[0], *self.ctx.lead[1:]),
-                salt="strided",
-            )
+        if op.lead:
+            double = self.ctx.draw(trial.seed, trial.distribution, lead=(2 * n,), salt="strided")
             strided = {
                 k: (v[::2] if row_wise[k] else v) for k, v in self.ctx.to_device(double).items()
             }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelcheck.checks.base import Check, Outcome, Trial
+from kernelcheck.checks.base import CandidateFault, Check, Outcome, Trial
 from kernelcheck.checks.metrics import bits
 
 
@@ -41,7 +41,14 @@ class Integrity(Check):
         self._inspect(trial, dev, outs, "forward")
         if self.ctx.grad:
             dev = self.ctx.to_device(trial.cpu_inputs)
-            outs, grads = self.ctx.call_backward(dev, trial.upstream)
+            try:
+                outs, grads = self.ctx.call_backward(dev, trial.upstream)
+            except CandidateFault as exc:
+                if not self.problems:
+                    raise
+                # a candidate that writes its inputs may well break autograd too
+                self.problems.append(f"backward: {exc}")
+                return
             self._inspect(trial, dev, list(outs) + list(grads.values()), "backward")
 
     def _inspect(self, trial: Trial, dev: dict, outs: list, phase: str) -> None:
