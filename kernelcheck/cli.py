@@ -69,18 +69,12 @@ def _catalog(specs: list[Path] | None):
 
 
 def _parse_shape(batch, seq, vocab, shape: str | None) -> dict | None:
-    sizes: dict[str, int] = {}
-    if shape:
-        for part in shape.split(","):
-            key, sep, value = part.partition("=")
-            if not sep:
-                raise UsageError(f"--shape: expected dim=size[,dim=size...], got {shape!r}")
-            try:
-                sizes[key.strip()] = int(value)
-            except ValueError:
-                raise UsageError(
-                    f"--shape: {key.strip()}: expected an integer, got {value!r}"
-                ) from None
+    from kernelcheck.cases.grid import parse_sizes
+
+    try:
+        sizes = parse_sizes(shape) if shape else {}
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     for key, value in (("batch", batch), ("seq", seq), ("vocab", vocab)):
         if value is not None:
             sizes[key] = value

@@ -94,20 +94,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def parse_shape(text: str | None) -> dict[str, int] | None:
+    from kernelcheck.cases.grid import parse_sizes
+
     if not text:
         return None
-    sizes: dict[str, int] = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        if not sep:
-            raise UsageError(f"--kernelcheck-shape: expected dim=size[,dim=size...], got {text!r}")
-        try:
-            sizes[key.strip()] = int(value)
-        except ValueError:
-            raise UsageError(
-                f"--kernelcheck-shape: {key.strip()}: expected an integer, got {value!r}"
-            ) from None
-    return sizes
+    try:
+        return parse_sizes(text, "--kernelcheck-shape")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def spec_ops(paths: list[Path]) -> list[str]:

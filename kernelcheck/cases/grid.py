@@ -44,6 +44,20 @@ def rows(op: OpSpec, sizes: dict[str, int]) -> int:
     return math.prod(lead_shape(op, sizes))
 
 
+def parse_sizes(text: str, flag: str = "--shape") -> dict[str, int]:
+    """``"batch=2,vocab=257"`` -> {"batch": 2, "vocab": 257}; ValueError naming ``flag``."""
+    sizes: dict[str, int] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep:
+            raise ValueError(f"{flag}: expected dim=size[,dim=size...], got {text!r}")
+        try:
+            sizes[key.strip()] = int(value)
+        except ValueError:
+            raise ValueError(f"{flag}: {key.strip()}: expected an integer, got {value!r}") from None
+    return sizes
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """``"2/4"`` -> (2, 4); 1-based, K in 1..N."""
     try:

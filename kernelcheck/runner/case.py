@@ -30,40 +30,46 @@ class RunOptions:
     check_params: dict = field(default_factory=dict)
 
 
+def make_result(
+    case: Case,
+    check: str,
+    outcome: Outcome,
+    options: RunOptions,
+    seconds: float = 0.0,
+    implementation: str = "",
+) -> CheckResult:
+    """One check's outcome on one case, with the command that reruns just that."""
+    seed = outcome.seed if outcome.seed is not None else (case.seeds[0] if case.seeds else None)
+    failing = outcome.status not in ("pass", "skip")
+    dist = outcome.distribution if failing else None
+    return CheckResult(
+        op=case.op,
+        candidate=case.candidate,
+        device=case.device,
+        dtype=case.dtype,
+        shape=case.sizes,
+        check=check,
+        status=outcome.status,
+        case_id=case.id,
+        metrics=outcome.metrics,
+        tolerance=outcome.tolerance,
+        seed=seed,
+        distribution=outcome.distribution,
+        message=outcome.message,
+        repro=repro_command(case, check, seed, dist, options.user_specs, options.check_grad),
+        duration_s=round(seconds, 4),
+        implementation=implementation,
+    )
+
+
 def run_case(op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResult]:
     cand = op.candidates[case.candidate]
     implementation, fn = "", None
 
     def result(check: str, outcome: Outcome, seconds: float = 0.0) -> CheckResult:
-        seed = outcome.seed if outcome.seed is not None else (case.seeds[0] if case.seeds else None)
-        failing = outcome.status not in ("pass", "skip")
-        repro = repro_command(
-            case,
-            check,
-            seed,
-            outcome.distribution if failing else None,
-            options.user_specs,
-            options.check_grad,
-        )
-        return CheckResult(
-            op=case.op,
-            candidate=case.candidate,
-            device=case.device,
-            dtype=case.dtype,
-            shape=case.sizes,
-            check=check,
-            status=outcome.status,
-            case_id=case.id,
-            metrics=outcome.metrics,
-            tolerance=outcome.tolerance,
-            seed=seed,
-            distribution=outcome.distribution,
-            message=outcome.message,
-            repro=repro,
-            duration_s=round(seconds, 4),
-            # a wrapper may record what actually ran (a replaced kernel entry, say)
-            implementation=getattr(fn, "last_implementation", None) or implementation,
-        )
+        # a wrapper may record what actually ran (a replaced kernel entry, say)
+        impl = getattr(fn, "last_implementation", None) or implementation
+        return make_result(case, check, outcome, options, seconds, impl)
 
     try:
         loaded = candidates.load(cand)

@@ -19,8 +19,7 @@ from dataclasses import replace
 from kernelcheck.cases.grid import Case
 from kernelcheck.checks.base import Outcome
 from kernelcheck.results import CheckResult
-from kernelcheck.runner.case import RunOptions, run_case
-from kernelcheck.runner.repro import repro_command
+from kernelcheck.runner.case import RunOptions, make_result, run_case
 from kernelcheck.spec.model import OpSpec
 
 _POLL_S = 0.1
@@ -35,21 +34,7 @@ class CaseTimeout(BaseException):
 def fault_result(
     op: OpSpec, case: Case, check: str, status: str, message: str, options: RunOptions
 ) -> CheckResult:
-    seed = case.seeds[0] if case.seeds else None
-    outcome = Outcome(status, message, seed=seed)
-    return CheckResult(
-        op=case.op,
-        candidate=case.candidate,
-        device=case.device,
-        dtype=case.dtype,
-        shape=case.sizes,
-        check=check,
-        status=outcome.status,
-        case_id=case.id,
-        message=message,
-        seed=seed,
-        repro=repro_command(case, check, seed, None, options.user_specs, options.check_grad),
-    )
+    return make_result(case, check, Outcome(status, message), options)
 
 
 def _fill(op, case, done: set[str], status: str, message: str, options) -> Iterator[CheckResult]:
