@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
 from kernelcheck.cases.grid import Case, parse_shard, shard
-from kernelcheck.cases.inputs import DISTRIBUTIONS
+from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
 from kernelcheck.checks import CHECKS
 from kernelcheck.compare import op_spec_digest, plan_digest
 from kernelcheck.errors import Interrupted, SpecError, UsageError
@@ -95,8 +95,11 @@ def plan(
             raise UsageError(f"unknown check {c!r}; valid: {', '.join(CHECKS)}")
     dists = _split(distributions) or list(spec.grid.distributions)
     for d in dists:
-        if d not in DISTRIBUTIONS:
-            raise UsageError(f"unknown distribution {d!r}; valid: {', '.join(DISTRIBUTIONS)}")
+        if not is_distribution(d):
+            raise UsageError(
+                f"unknown distribution {d!r}; valid: {', '.join(DISTRIBUTIONS)} "
+                "(or several joined with '+')"
+            )
     if shape:
         shapes = [resolve_shape(shape, spec.dims, _shape_error)]
     else:

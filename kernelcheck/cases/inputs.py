@@ -30,6 +30,24 @@ DISTRIBUTIONS = {
 }
 
 
+MIX = "+"
+
+
+def parts_of(dist: str) -> list[str]:
+    """``"normal+large"`` -> ["normal", "large"]: a mixed trial deals rows round-robin."""
+    return dist.split(MIX)
+
+
+def is_distribution(name: str) -> bool:
+    return bool(name) and all(p in DISTRIBUTIONS for p in parts_of(name))
+
+
+def row_distribution(dist: str, row: int) -> str:
+    """The distribution that row ``row`` (of the flattened lead) was drawn from."""
+    parts = parts_of(dist)
+    return parts[row % len(parts)]
+
+
 def _generator(seed: int, *salt: str) -> torch.Generator:
     key = zlib.crc32("/".join(salt).encode())
     return torch.Generator().manual_seed((seed * 1_000_003 + key) % (2**63))
@@ -114,15 +132,27 @@ def make_inputs(
                 t = t.to(dtypes.FIXED_DTYPES[spec.dtype])
         else:
             case_dtype = dtype if spec.dtype == "case" else dtypes.canonical(spec.dtype) or dtype
-            t = draw_float(n, inner, dist, case_dtype, gen)
+            parts = parts_of(dist) if row_wise else parts_of(dist)[:1]
+            t = torch.empty((n, *inner), dtype=dtypes.torch_dtype(case_dtype))
+            for k, part in enumerate(parts):  # row r is drawn from parts[r % len(parts)]
+                count = len(range(k, n, len(parts)))
+                g = gen if len(parts) == 1 else _generator(seed, part, spec.name, salt, str(k))
+                t[k :: len(parts)] = draw_float(count, inner, part, case_dtype, g)
         out[spec.name] = t.reshape(*lead, *inner) if row_wise else t.reshape(inner)
-    if dist == "masked":
-        _mask(op, out, seed, salt)
+    parts = parts_of(dist)
+    for k, part in enumerate(parts):
+        if part == "masked":
+            _mask(
+                op, out, seed, salt + (str(k) if len(parts) > 1 else ""), slice(k, None, len(parts))
+            )
     return out
 
 
-def _mask(op: OpSpec, tensors: dict[str, torch.Tensor], seed: int, salt: str) -> None:
-    """Set a fraction of float entries to -inf, sparing entries an index input selects."""
+def _mask(
+    op: OpSpec, tensors: dict[str, torch.Tensor], seed: int, salt: str, rows_of: slice
+) -> None:
+    """Set a fraction of float entries of the rows ``rows_of`` to -inf, sparing entries an
+    index input selects."""
     for spec in op.inputs:
         if spec.values != "case":
             continue
@@ -130,8 +160,10 @@ def _mask(op: OpSpec, tensors: dict[str, torch.Tensor], seed: int, salt: str) ->
         if x.dim() == 0 or x.numel() == 0:
             continue
         gen = _generator(seed, "mask", spec.name, salt)
-        rows = x.reshape(-1, x.shape[-1])
-        selectors = [tensors[i.name].reshape(-1) for i in op.inputs if i.index_into == spec.name]
+        rows = x.view(-1, x.shape[-1])[rows_of]
+        selectors = [
+            tensors[i.name].reshape(-1)[rows_of] for i in op.inputs if i.index_into == spec.name
+        ]
         step = max(1, DRAW_CHUNK_ELEMENTS // x.shape[-1])
         for start in range(0, rows.shape[0], step):
             chunk = rows[start : start + step]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kernelcheck.cases.inputs import row_distribution
 from kernelcheck.checks.base import Check, Outcome, Trial, flat_rows, fmt_index
 from kernelcheck.checks.metrics import ErrorStats, merge_stats
 
@@ -45,6 +46,7 @@ class _ToleranceCheck(Check):
                 "pass", "", metrics, tol, t.seed if t else None, t.distribution if t else None
             )
         trial, st, what = self.failed
+        dist = trial.distribution
         if st.first_bad is None:
             message = what
         else:
@@ -58,8 +60,10 @@ class _ToleranceCheck(Check):
             if st.n_nonfinite:
                 where = fmt_index(st.first_nonfinite[0], st.first_nonfinite[1:], lead)
                 message += f"; {st.n_nonfinite} NaN/Inf where gold is finite (first at {where})"
-        message += f" [seed {trial.seed}, {trial.distribution}]"
-        return Outcome("fail", message, metrics, tol, trial.seed, trial.distribution)
+            if what.startswith("output") or self.ctx.op.is_row_wise(self.ctx.op.input(what[9:])):
+                dist = row_distribution(trial.distribution, st.first_bad[0])  # that row's
+        message += f" [seed {trial.seed}, {dist}]"
+        return Outcome("fail", message, metrics, tol, trial.seed, dist)
 
 
 class ForwardAccuracy(_ToleranceCheck):
