@@ -9,6 +9,7 @@ is killed on timeout and restarted after a crash; a segfault, an abort or
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import signal
 import threading
@@ -197,6 +198,19 @@ class IsolatedWorker:
                 return
 
 
+TIMEOUT_SCALE_ELEMENTS = 1 << 26
+
+
+def case_timeout(op: OpSpec, case: Case) -> float:
+    """The spec's per-case timeout, scaled up for cases beyond 64M elements.
+
+    A timeout exists to catch hangs; a 4096 x 151936 case legitimately runs ~9x longer
+    than a 64M-element one, so it gets ~9x the time. ``--timeout`` is taken as given.
+    """
+    elements = math.prod(case.sizes.values())
+    return op.timeout_s * max(1.0, elements / TIMEOUT_SCALE_ELEMENTS)
+
+
 def wants_isolation(op: OpSpec, case: Case, isolate: bool | None) -> bool:
     """``--isolate``/``--no-isolate`` wins; else the candidate's ``isolate``; else native."""
     if isolate is not None:
@@ -214,7 +228,7 @@ class Executor:
         self.workers: dict[str, IsolatedWorker] = {}
 
     def run(self, op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResult]:
-        timeout = self.timeout_s if self.timeout_s is not None else op.timeout_s
+        timeout = self.timeout_s if self.timeout_s is not None else case_timeout(op, case)
         if wants_isolation(op, case, self.isolate):
             worker = self.workers.setdefault(case.candidate, IsolatedWorker())
             yield from worker.run(op, case, options, timeout)
