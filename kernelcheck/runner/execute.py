@@ -15,7 +15,6 @@ import signal
 import threading
 import traceback
 from collections.abc import Iterator
-from dataclasses import replace
 
 from kernelcheck.cases.grid import Case
 from kernelcheck.checks.base import Outcome
@@ -241,11 +240,4 @@ class Executor:
         self.workers.clear()
 
 
-__all__ = [
-    "CaseTimeout",
-    "Executor",
-    "IsolatedWorker",
-    "replace",
-    "run_in_process",
-    "wants_isolation",
-]
+__all__ = ["CaseTimeout", "Executor", "IsolatedWorker", "run_in_process", "wants_isolation"]
