@@ -117,6 +117,7 @@ BAD_FLAGS = [
         ["--op", "logp", "--json-out", "/no/such/dir/r.json"],
         "--json-out: folder /no/such/dir does not exist",
     ),
+    (["--op", "logp", "--json-out", "/proc/r.json"], "--json-out: cannot write in /proc"),
     (["--op", "logp", "--format", "xml"], "unknown format 'xml'"),
     (["--op", "logp", "--distributions", "uniform"], "unknown distribution 'uniform'"),
     (["--op", "logp", "--timeout", "0"], "--timeout: expected a number of seconds > 0"),

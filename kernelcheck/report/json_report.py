@@ -34,8 +34,14 @@ def check_writable(path: Path) -> str | None:
         return f"{path} is a directory"
     if not parent.is_dir():
         return f"folder {parent} does not exist"
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if path.exists() and not os.access(path, os.W_OK):
         return f"{path} is not writable"
+    try:  # the real test: reports are written as a temporary file beside the target
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"cannot write in {parent}: {exc.strerror or exc}"
     return None
 
 
