@@ -231,6 +231,8 @@ def run(
             pass  # the run's own results are complete: keep them, skip the shrinking
     if writer:
         writer.write(report)
+        if writer.error:
+            typer.echo(f"kernelcheck: error: --json-out: {writer.error}", err=True)
     if junit_out:
         write_atomic(junit_out, rep.to_junit(report))
     # a log or a pipe gets a wide table rather than rich's 80-column default
@@ -273,7 +275,8 @@ def run(
             err=True,
         )
         raise typer.Exit(_EXIT_FOR_SIGNAL.get(report.interrupted, EXIT_SIGINT))
-    raise typer.Exit(EXIT_OK if report.passed and not regressed else EXIT_FAILED)
+    lost = bool(writer and writer.error)
+    raise typer.Exit(EXIT_OK if report.passed and not regressed and not lost else EXIT_FAILED)
 
 
 @app.command("list")

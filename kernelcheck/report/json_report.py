@@ -50,9 +50,14 @@ class JsonReportWriter:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        self.error: str | None = None  # a failed write never stops the run; the CLI says so
 
     def __call__(self, _result, report: Report) -> None:
         self.write(report)
 
     def write(self, report: Report) -> None:
-        write_atomic(self.path, to_json(report))
+        try:
+            write_atomic(self.path, to_json(report))
+            self.error = None
+        except OSError as exc:
+            self.error = f"cannot write {self.path}: {exc.strerror or exc}"
