@@ -174,3 +174,19 @@ def test_second_ctrl_c_exits_at_once(tmp_path):
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=10)
     assert proc.returncode == 130
+
+
+def test_isolated_worker_does_not_rerun_the_callers_main_script(tmp_path):
+    """The worker is a fresh interpreter: a caller's script without a __main__ guard (or
+    code fed on stdin) is not imported again in the child, and nothing recurses."""
+    script = (
+        "from kernelcheck import api\n"
+        "from kernelcheck.spec import load_catalog\n"
+        "r = api.run(load_catalog(), 'logp', candidate_names=['torch'], device='cpu',\n"
+        "            dtype_names='fp32', shape={'batch': 2, 'vocab': 33}, seeds=[0],\n"
+        "            check_names=['forward_accuracy'], isolate=True)\n"
+        "print('STATUS', [x.status for x in r.results])\n"
+    )
+    p = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True,
+                       timeout=120, cwd=tmp_path)  # fmt: skip
+    assert "STATUS ['pass']" in p.stdout, p.stderr[-2000:]

@@ -10,16 +10,18 @@ is killed on timeout and restarted after a crash; a segfault, an abort or
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
 import signal
+import subprocess
+import sys
 import threading
-import traceback
+import time
 from collections.abc import Iterator
 
 from kernelcheck.cases.grid import Case
 from kernelcheck.checks.base import Outcome
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.case import RunOptions, make_result, run_case
+from kernelcheck.runner.worker import Channel
 from kernelcheck.spec.model import OpSpec
 
 _POLL_S = 0.1
@@ -82,28 +84,6 @@ def run_in_process(
             signal.signal(signal.SIGALRM, previous)
 
 
-def _child_main(conn) -> None:
-    """The isolated worker: run cases sent by the parent, send results back one by one."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
-    import torch  # noqa: F401 - imported before "ready", so start-up is not case time
-
-    conn.send(("ready", None))
-    while True:
-        try:
-            task = conn.recv()
-        except EOFError:
-            return
-        if task is None:
-            return
-        op, case, options = task
-        try:
-            for res in run_case(op, case, options):
-                conn.send(("result", res.to_dict()))
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
-            conn.send(("fatal", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"))
-        conn.send(("done", None))
-
-
 def _describe_exit(code: int | None) -> str:
     if code is None:
         return "the worker process vanished"
@@ -120,81 +100,101 @@ class IsolatedWorker:
     """One child process per candidate, reused across cases, restarted after a fault."""
 
     def __init__(self) -> None:
-        self.proc: mp.process.BaseProcess | None = None
-        self.conn = None
+        self.proc: subprocess.Popen | None = None
+        self.channel: Channel | None = None
 
     def _start(self) -> None:
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self.proc = ctx.Process(
-            target=_child_main, args=(child,), daemon=True, name="kernelcheck-worker"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelcheck.runner.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # a terminal's Ctrl-C reaches the parent only
         )
-        self.proc.start()
-        child.close()
-        self.conn = parent
+        self.channel = Channel(self.proc.stdout.fileno(), self.proc.stdin.fileno())
+        self.channel.send(list(sys.path))
         # start-up (importing torch) is not the case's time: wait for the worker to be ready
-        if not parent.poll(_STARTUP_S) or parent.recv()[0] != "ready":
+        try:
+            kind, _ = self.channel.recv(_STARTUP_S)
+        except (TimeoutError, EOFError, OSError) as exc:
+            code = self.proc.poll()
             self.stop()
-            raise RuntimeError(f"the isolated worker did not start within {_STARTUP_S:g} s")
+            raise WorkerStartError(
+                f"the isolated worker did not start ({type(exc).__name__}; exit code {code})"
+            ) from None
+        if kind != "ready":
+            self.stop()
+            raise WorkerStartError(f"the isolated worker sent {kind!r} instead of 'ready'")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join(5)
-        self.proc, self.conn = None, None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.wait(5)
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        self.proc, self.channel = None, None
 
     def run(
         self, op: OpSpec, case: Case, options: RunOptions, timeout_s: float | None
     ) -> Iterator[CheckResult]:
-        import time
-
-        if self.proc is None or not self.proc.is_alive():
-            self._start()
-        self.conn.send((op, case, options))
+        if not self.alive():
+            try:
+                self._start()
+            except WorkerStartError as exc:
+                yield from _fill(op, case, set(), "error", str(exc), options)
+                return
+        try:
+            self.channel.send((op, case, options))
+        except OSError:  # died between cases
+            pass
         deadline = time.monotonic() + timeout_s if timeout_s else None
         done: set[str] = set()
         while True:
             wait = (
                 _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
             )
-            ready = self.conn.poll(wait)
-            if ready:
-                try:
-                    kind, payload = self.conn.recv()
-                except (EOFError, OSError):
-                    ready, kind = False, "died"
-                if kind == "result":
-                    res = CheckResult.from_dict(payload)
-                    done.add(res.check)
-                    yield res
-                    continue
-                if kind == "done":
-                    return
-                if kind == "fatal":
-                    yield from _fill(
-                        op, case, done, "error", f"worker error: {payload.splitlines()[0]}", options
-                    )
-                    continue
-            if not self.proc.is_alive() or (ready and kind == "died"):
-                self.proc.join(1)
+            try:
+                kind, payload = self.channel.recv(wait)
+            except TimeoutError:
+                kind = None
+            except (EOFError, OSError):
+                kind = "died"
+            if kind == "result":
+                res = CheckResult.from_dict(payload)
+                done.add(res.check)
+                yield res
+                continue
+            if kind == "done":
+                return
+            if kind == "fatal":
+                message = f"worker error: {payload.splitlines()[0]}"
+                yield from _fill(op, case, done, "error", message, options)
+                continue
+            if kind == "died" or not self.alive():
+                code = self.proc.wait(5)
                 message = (
-                    f"{_describe_exit(self.proc.exitcode)} while running this case; "
-                    "the rest of the run goes on"
+                    f"{_describe_exit(code)} while running this case; the rest of the run goes on"
                 )
                 self.stop()
                 yield from _fill(op, case, done, "crash", message, options)
                 return
             if deadline is not None and time.monotonic() >= deadline:
                 self.stop()
-                yield from _fill(
-                    op,
-                    case,
-                    done,
-                    "timeout",
-                    f"case did not finish within {timeout_s:g} s (isolated: the worker was killed)",
-                    options,
+                message = (
+                    f"case did not finish within {timeout_s:g} s (isolated: the worker was killed)"
                 )
+                yield from _fill(op, case, done, "timeout", message, options)
                 return
+
+
+class WorkerStartError(RuntimeError):
+    """The isolated worker could not start: the case's checks become ``error`` results."""
 
 
 TIMEOUT_SCALE_ELEMENTS = 1 << 26
