@@ -17,6 +17,16 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from kernelcheck.commands.options import (
+    BatchOpt,
+    CandidateOpt,
+    DeviceOpt,
+    DtypeOpt,
+    SeqOpt,
+    ShapeOpt,
+    SpecOpt,
+    VocabOpt,
+)
 from kernelcheck.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -86,34 +96,17 @@ def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")
     _state["debug"] = debug
 
 
-SpecOpt = Annotated[
-    Optional[list[Path]], typer.Option("--spec", help="Extra spec file (repeatable).")
-]
-DeviceOpt = Annotated[
-    str, typer.Option("--device", help="auto (cuda, then npu, then cpu), cpu, cuda or npu.")
-]
-
-
 @app.command()
 def run(
     op: Annotated[str, typer.Option("--op", help="Operator to check, e.g. logp.")],
     spec: SpecOpt = None,
-    candidate: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--candidate", help="Candidate name (repeatable); default: all that run here."
-        ),
-    ] = None,
+    candidate: CandidateOpt = None,
     device: DeviceOpt = "auto",
-    dtype: Annotated[
-        Optional[str], typer.Option("--dtype", help="Comma-separated dtypes: fp32,bf16,fp16.")
-    ] = None,
-    batch: Annotated[Optional[int], typer.Option("--batch")] = None,
-    seq: Annotated[Optional[int], typer.Option("--seq")] = None,
-    vocab: Annotated[Optional[int], typer.Option("--vocab")] = None,
-    shape: Annotated[
-        Optional[str], typer.Option("--shape", help="Any op's dims: batch=64,vocab=10000.")
-    ] = None,
+    dtype: DtypeOpt = None,
+    batch: BatchOpt = None,
+    seq: SeqOpt = None,
+    vocab: VocabOpt = None,
+    shape: ShapeOpt = None,
     check_grad: Annotated[
         bool, typer.Option("--check-grad/--no-check-grad", help="Run the backward checks.")
     ] = True,

@@ -13,32 +13,30 @@ from typing import Annotated, Optional
 
 import typer
 
+from kernelcheck.commands.options import (
+    BatchOpt,
+    CandidateOpt,
+    DeviceOpt,
+    DtypeOpt,
+    SeqOpt,
+    ShapeOpt,
+    SpecOpt,
+    VocabOpt,
+)
+
 BENCH_FORMATS = ("table", "json")
 
 
 def bench(
     op: Annotated[str, typer.Option("--op", help="Operator to time, e.g. logp.")],
-    spec: Annotated[
-        Optional[list[Path]], typer.Option("--spec", help="Extra spec file (repeatable).")
-    ] = None,
-    candidate: Annotated[
-        Optional[list[str]],
-        typer.Option(
-            "--candidate", help="Candidate name (repeatable); default: all that run here."
-        ),
-    ] = None,
-    device: Annotated[
-        str, typer.Option("--device", help="auto (cuda, then npu, then cpu), cpu, cuda or npu.")
-    ] = "auto",
-    dtype: Annotated[
-        Optional[str], typer.Option("--dtype", help="Comma-separated dtypes: fp32,bf16,fp16.")
-    ] = None,
-    batch: Annotated[Optional[int], typer.Option("--batch")] = None,
-    seq: Annotated[Optional[int], typer.Option("--seq")] = None,
-    vocab: Annotated[Optional[int], typer.Option("--vocab")] = None,
-    shape: Annotated[
-        Optional[str], typer.Option("--shape", help="Any op's dims: batch=64,vocab=10000.")
-    ] = None,
+    spec: SpecOpt = None,
+    candidate: CandidateOpt = None,
+    device: DeviceOpt = "auto",
+    dtype: DtypeOpt = None,
+    batch: BatchOpt = None,
+    seq: SeqOpt = None,
+    vocab: VocabOpt = None,
+    shape: ShapeOpt = None,
     fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
     reps: Annotated[
         int, typer.Option("--reps", help="At least this many timed calls per candidate.")
