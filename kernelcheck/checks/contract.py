@@ -51,16 +51,19 @@ class Contract(Check):
         return head, (n,)
 
     def _types(self, trial: Trial) -> None:
-        outs = self.ctx.call(self.ctx.to_device(trial.cpu_inputs))
-        for i, o in enumerate(outs):
+        # dtype and shape from the trial's full-size call, which the accuracy checks share;
+        # the device (lost when outputs move to the CPU) from a call on the first rows
+        head, _ = self._head(trial)
+        devices = [o.device for o in self.ctx.call(self.ctx.to_device(head))]
+        for i, (o, device) in enumerate(zip(trial.outputs, devices)):
             name = self.ctx.op.outputs[i].name
             want_dtype, want_shape = self.ctx.expected_dtype(i), self.ctx.expected_shape(i)
             if o.dtype != want_dtype:
                 self.problems.append(f"{name}: dtype {o.dtype} != expected {want_dtype}")
             if tuple(o.shape) != want_shape:
                 self.problems.append(f"{name}: shape {tuple(o.shape)} != expected {want_shape}")
-            if o.device.type != self.ctx.device.type:
-                self.problems.append(f"{name}: on {o.device}, expected {self.ctx.device.type}")
+            if device.type != self.ctx.device.type:
+                self.problems.append(f"{name}: on {device}, expected {self.ctx.device.type}")
         self.passed.append("dtype/shape/device")
 
     def _out_of_range(self, trial: Trial) -> None:
