@@ -30,11 +30,12 @@ class CheckResult:
     metrics: dict = field(default_factory=dict)
     tolerance: dict | None = None
     seed: int | None = None
-    distribution: str | None = None
+    distribution: str | None = None  # a failure's: the trial that reruns it (--distributions)
     message: str = ""
     repro: str = ""
     duration_s: float = 0.0
     implementation: str = ""
+    failing_distribution: str | None = None  # the failing row's, when a mixed trial held it
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+# Two xdist workers share two cores: OpenMP threads that spin while waiting turn every
+# small torch op into a scheduler quantum. Sleep instead (set before torch loads).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from pathlib import Path
 
 import pytest
@@ -11,6 +17,7 @@ from kernelcheck.spec import load_catalog
 from kernelcheck.spec.model import CandidateSpec
 
 TESTS = Path(__file__).parent
+REPO_ROOT = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 SPECS = TESTS / "specs"
 SMALL = {"batch": 2, "seq": 4, "vocab": 257}
@@ -35,7 +42,11 @@ def with_candidate(catalog, name: str, callable_: str, backward: bool = True, is
 
 
 def run_small(catalog, candidate: str, checks, dtype="fp32", shape=None, **kw):
-    """Run a few checks of one candidate on a small shape; returns {check: result}."""
+    """Run a few checks of one candidate on a small shape; returns {check: result}.
+
+    In process unless ``isolate`` is given: these tests judge the checks, not isolation.
+    """
+    kw.setdefault("isolate", False)
     report = api.run(
         catalog,
         "logp",

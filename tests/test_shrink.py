@@ -46,7 +46,8 @@ def broken(tmp_path_factory):
         distributions="large,equal",
     )
     (result,) = api.execute(plan).results
-    assert result.status == "fail" and result.distribution == "large"
+    assert result.status == "fail" and result.failing_distribution == "large"
+    assert result.distribution == "large+equal"  # the mixed trial that reruns it
     return catalog, plan, result
 
 

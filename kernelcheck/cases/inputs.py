@@ -27,7 +27,10 @@ DISTRIBUTIONS = {
     "masked": "30% of entries -inf (RL vocab masking), never the target",
     "equal": "all entries of a row equal: catches off-by-one sums and bad tie handling",
     "heavy": "Student-t (2 dof), clipped to +-20: rare large entries dominate the sum",
+    "lm": "LM-like logits: std 4-8 per row and a peaked head of 8 tokens near the tail's top; "
+    "catches a lossy fp32 sum at real logit scales",
 }
+LM_LOGP_FLOOR = 60.0  # the lm tail is clipped at logsumexp - 60: |logp| < 64 (fp32 contract)
 
 
 MIX = "+"
@@ -87,10 +90,35 @@ def _draw_rows(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: to
     if dist == "equal":
         c = torch.randn((rows,), generator=gen, dtype=torch.float64) * 4
         return c.view(per_row).expand(shape)
+    if dist == "lm":
+        return _lm_rows(rows, inner, gen)
     # heavy: Student-t with 2 degrees of freedom, z / sqrt(chi2_2 / 2), chi2_2 = -2 log u
     z = torch.randn(shape, generator=gen, dtype=torch.float64)
     u = torch.rand(shape, generator=gen, dtype=torch.float64).clamp_min_(1e-300)
     return z.div_(u.log_().neg_().sqrt_()).clamp_(-20, 20)
+
+
+def _lm_rows(rows: int, inner: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Logits as language models give them, at real scales.
+
+    Per row: a Gaussian tail with std 4 + 4u^2 (u uniform: half the rows below 5, where
+    a lossy fp32 sum over ~1e5 terms shows most), and a head of 8 tokens decaying by 1.5
+    from a top level within +-4 of the tail's expected maximum, so sometimes the tail's
+    mass dominates the sum and sometimes the head's. The tail is clipped at
+    ``logsumexp - 60``: |logp| stays below 64, where the fp32 contract (1e-5, ~2.6 ulp)
+    can be met at all.
+    """
+    width = math.prod(inner)
+    std = torch.rand((rows, 1), generator=gen, dtype=torch.float64).square_().mul_(4).add_(4)
+    x = torch.randn((rows, width), generator=gen, dtype=torch.float64).mul_(std)
+    tail_top = std * math.sqrt(2 * math.log(max(width, 2)))
+    top = tail_top + torch.rand((rows, 1), generator=gen, dtype=torch.float64) * 8 - 4
+    heads = min(8, width)
+    cols = torch.randint(0, width, (rows, heads), generator=gen)
+    decay = torch.arange(heads, dtype=torch.float64) * 1.5
+    x.scatter_(1, cols, top - decay)
+    floor = torch.logsumexp(x, dim=1, keepdim=True) - LM_LOGP_FLOOR
+    return torch.maximum(x, floor).reshape(rows, *inner)
 
 
 def inner_shape(op: OpSpec, spec: InputSpec, sizes: dict[str, int]) -> tuple[int, ...]:
@@ -127,6 +155,9 @@ def make_inputs(
             t = torch.randint(0, bound, (n, *inner), generator=gen, dtype=torch.int64)
             if spec.out_of_range_fraction:
                 drop = torch.rand((n, *inner), generator=gen) < spec.out_of_range_fraction
+                if drop.numel() >= 2 and not bool(drop.any()):
+                    # every trial of 2+ rows holds an ignored index, whatever the draw gave
+                    drop.view(-1)[int(torch.randint(0, drop.numel(), (1,), generator=gen))] = True
                 t[drop] = INDEX_IGNORED
             if spec.dtype != "case":
                 t = t.to(dtypes.FIXED_DTYPES[spec.dtype])

@@ -63,7 +63,7 @@ class _ToleranceCheck(Check):
             if what.startswith("output") or self.ctx.op.is_row_wise(self.ctx.op.input(what[9:])):
                 dist = row_distribution(trial.distribution, st.first_bad[0])  # that row's
         message += f" [seed {trial.seed}, {dist}]"
-        return Outcome("fail", message, metrics, tol, trial.seed, dist)
+        return Outcome("fail", message, metrics, tol, trial.seed, dist, trial.distribution)
 
 
 class ForwardAccuracy(_ToleranceCheck):

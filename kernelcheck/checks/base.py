@@ -23,6 +23,8 @@ from kernelcheck.spec.model import OpSpec, Tolerance
 class CandidateFault(Exception):
     """The candidate raised (or ran out of memory); the check's status is ``error``."""
 
+    out_of_memory = False
+
 
 class WrongOutput(CandidateFault):
     """The candidate returned something other than the op's outputs: a ``contract`` fail."""
@@ -35,7 +37,12 @@ class Outcome:
     metrics: dict = field(default_factory=dict)
     tolerance: dict | None = None
     seed: int | None = None
-    distribution: str | None = None
+    distribution: str | None = None  # where the failure is: the failing row's distribution
+    trial_distribution: str | None = None  # what reruns it (a mixed trial's "a+b+..."); None: same
+
+
+def no_progress(check: str | None, probe: str) -> None:
+    """The default progress sink: a run in process that nobody watches."""
 
 
 @dataclass
@@ -50,6 +57,8 @@ class CaseContext:
     device: torch.device
     grad: bool  # backward checks requested and the candidate declares a backward
     grad_reason: str = ""
+    # told (check, probe) before each step, so a crash or a hang is pinned to that step
+    progress: Callable[[str | None, str], None] = no_progress
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -256,6 +265,10 @@ class Check:
                 seen[t.distribution] = seen.get(t.distribution, 0) + 1
         return out
 
+    def progress(self, probe: str) -> None:
+        """Say which step of this check runs now (a crash or hang is reported on it)."""
+        self.ctx.progress(self.name, probe)
+
     def observe(self, trial: Trial) -> None:
         raise NotImplementedError
 
@@ -272,7 +285,9 @@ def _fault(exc: Exception, what: str) -> CandidateFault:
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(
         t in text.lower() for t in _OOM_TEXT
     ):
-        return CandidateFault(f"out of memory: {type(exc).__name__}: {text}")
+        fault = CandidateFault(f"out of memory: {type(exc).__name__}: {text}")
+        fault.out_of_memory = True
+        return fault
     return CandidateFault(f"{what} {type(exc).__name__}: {text}")
 
 

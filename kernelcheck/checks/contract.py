@@ -12,9 +12,23 @@ import math
 
 import torch
 
-from kernelcheck.checks.base import Check, Outcome, Trial, WrongOutput, flat_rows
+from kernelcheck.checks.base import CandidateFault, Check, Outcome, Trial, WrongOutput, flat_rows
 from kernelcheck.checks.metrics import bits, first_bit_difference
 from kernelcheck.spec.load import eval_dim_expr
+
+
+def plant_out_of_range(ctx, inputs: dict) -> tuple[list[int], list[int]]:
+    """Put the op's out-of-range index values into every other row of ``inputs`` (in place).
+
+    Returns the rows changed and the values used (each value at least once).
+    """
+    rule = ctx.op.out_of_range
+    idx = inputs[rule.input].reshape(-1)
+    values = [eval_dim_expr(v, ctx.sizes) for v in rule.values]
+    rows = list(range(0, idx.numel(), 2))[: max(len(values), idx.numel() // 2)]
+    for j, r in enumerate(rows):
+        idx[r] = values[j % len(values)]
+    return rows, values
 
 
 class Contract(Check):
@@ -25,6 +39,7 @@ class Contract(Check):
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
         self.problems: list[str] = []
+        self.errors: list[str] = []  # out of memory in a probe: a resource, not the contract
         self.passed: list[str] = []
         self.trial: Trial | None = None
         self.done = False
@@ -33,11 +48,19 @@ class Contract(Check):
         if self.done:  # the contract is about the interface: one trial is enough
             return
         self.done, self.trial = True, trial
+        # every probe runs and reports on its own: one that raises never hides the next
         for part in (self._types, self._out_of_range, self._empty, self._strided):
+            probe = part.__name__.strip("_")
+            self.progress(probe)
             try:
                 part(trial)
             except WrongOutput as exc:
-                self.problems.append(f"{part.__name__.strip('_')}: {exc}")
+                self.problems.append(f"{probe}: {exc}")
+            except CandidateFault as exc:
+                if exc.out_of_memory:
+                    self.errors.append(f"{probe}: {exc}")
+                else:  # raising where the contract asks for a value breaks the contract
+                    self.problems.append(f"{probe}: {exc}")
 
     def _head(self, trial: Trial) -> tuple[dict, tuple[int, ...]]:
         """The trial's first rows as a 2-D lead batch: the interface parts need no more."""
@@ -71,12 +94,17 @@ class Contract(Check):
         if rule is None:
             return
         inputs, lead = self._head(trial)
+        rows, values = plant_out_of_range(self.ctx, inputs)
         idx = inputs[rule.input].reshape(-1)
-        values = [eval_dim_expr(v, self.ctx.sizes) for v in rule.values]
-        rows = list(range(0, idx.numel(), 2))[: max(len(values), idx.numel() // 2)]
-        for j, r in enumerate(rows):
-            idx[r] = values[j % len(values)]
-        outs = self.ctx.call(self.ctx.to_device(inputs))
+        try:
+            outs = self.ctx.call(self.ctx.to_device(inputs))
+        except CandidateFault as exc:
+            if exc.out_of_memory:
+                raise
+            raise CandidateFault(
+                f"{rule.input} in {values} (out of range) {exc}, where the contract asks for "
+                f"exactly {rule.output!r}"
+            ) from None
         want = torch.tensor(rule.output, dtype=torch.float32)
         before = len(self.problems)
         for o in outs:
@@ -166,9 +194,9 @@ class Contract(Check):
         metrics = {"violations": len(self.problems), "verified": len(self.passed)}
         t = self.trial
         seed, dist = (t.seed, t.distribution) if t else (None, None)
-        if self.problems:
-            msg = "; ".join(self.problems[:4]) + (
-                f" (+{len(self.problems) - 4} more)" if len(self.problems) > 4 else ""
-            )
-            return Outcome("fail", msg, metrics, {"mode": "exact"}, seed, dist)
+        found = self.problems + self.errors
+        if found:
+            msg = "; ".join(found[:4]) + (f" (+{len(found) - 4} more)" if len(found) > 4 else "")
+            status = "fail" if self.problems else "error"
+            return Outcome(status, msg, metrics, {"mode": "exact"}, seed, dist)
         return Outcome("pass", "", metrics, {"mode": "exact"}, seed, dist)

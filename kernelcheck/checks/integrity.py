@@ -1,10 +1,18 @@
-"""``integrity``: the candidate leaves its inputs alone and returns fresh memory."""
+"""``integrity``: the candidate leaves its inputs alone and returns fresh memory.
+
+Observed on the trial and, for an op with an out-of-range rule, on the trial's first
+rows with out-of-range (ignore-index) values planted: a kernel that writes into the
+rows it ignores is caught on every shape, whatever the draw held.
+"""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from kernelcheck.checks.base import CandidateFault, Check, Outcome, Trial
+from kernelcheck.checks.base import CandidateFault, Check, Outcome, Trial, flat_rows
+from kernelcheck.checks.contract import plant_out_of_range
 from kernelcheck.checks.metrics import bits
 
 
@@ -26,33 +34,60 @@ def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 class Integrity(Check):
     name = "integrity"
-    PARAMS = {"max_seeds": 1}
+    PARAMS = {"max_seeds": 1, "edge_rows": 64}
     summary = "inputs unchanged (bit compare), outputs never alias an input"
 
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
         self.problems: list[str] = []
+        self.faults: list[str] = []
         self.trial: Trial | None = None
 
     def observe(self, trial: Trial) -> None:
         self.trial = self.trial or trial
-        dev = self.ctx.to_device(trial.cpu_inputs)
-        outs = self.ctx.call(dev)
-        self._inspect(trial, dev, outs, "forward")
-        if self.ctx.grad:
-            dev = self.ctx.to_device(trial.cpu_inputs)
-            try:
-                outs, grads = self.ctx.call_backward(dev, trial.upstream)
-            except CandidateFault as exc:
-                if not self.problems:
-                    raise
-                # a candidate that writes its inputs may well break autograd too
-                self.problems.append(f"backward: {exc}")
-                return
-            self._inspect(trial, dev, list(outs) + list(grads.values()), "backward")
+        self.progress("forward and backward on the trial")
+        self._forward_backward(trial, trial.cpu_inputs, trial.upstream, "")
+        if self.ctx.op.out_of_range is not None:
+            # edge inputs on every shape: out-of-range (ignore-index) rows, whatever the draw
+            self.progress("out-of-range rows")
+            inputs, lead = self._edge_inputs(trial)
+            upstream = self.ctx.upstream(trial.seed, lead, salt="edge")
+            self._forward_backward(trial, inputs, upstream, " with out-of-range rows")
 
-    def _inspect(self, trial: Trial, dev: dict, outs: list, phase: str) -> None:
-        for name, before in trial.cpu_inputs.items():
+    def _edge_inputs(self, trial: Trial) -> tuple[dict, tuple[int, ...]]:
+        op, nlead = self.ctx.op, len(self.ctx.lead)
+        n = min(int(self.params["edge_rows"]), math.prod(self.ctx.lead))
+        inputs = {
+            s.name: (
+                flat_rows(trial.cpu_inputs[s.name], nlead)[:n].clone()
+                if op.is_row_wise(s)
+                else trial.cpu_inputs[s.name]
+            )
+            for s in op.inputs
+        }
+        plant_out_of_range(self.ctx, inputs)
+        return inputs, (n,)
+
+    def _forward_backward(self, trial: Trial, inputs: dict, upstream: list, label: str) -> None:
+        # each phase on its own: a fault in one never hides what the other shows
+        dev = self.ctx.to_device(inputs)
+        try:
+            self._inspect(inputs, dev, self.ctx.call(dev), "forward" + label)
+        except CandidateFault as exc:
+            self.faults.append(f"forward{label}: {exc}")
+        if not self.ctx.grad:
+            return
+        dev = self.ctx.to_device(inputs)
+        try:
+            outs, grads = self.ctx.call_backward(dev, upstream)
+        except CandidateFault as exc:
+            # a candidate that writes its inputs may well break autograd too
+            self.faults.append(f"backward{label}: {exc}")
+            return
+        self._inspect(inputs, dev, list(outs) + list(grads.values()), "backward" + label)
+
+    def _inspect(self, inputs: dict, dev: dict, outs: list, phase: str) -> None:
+        for name, before in inputs.items():
             after = dev[name].detach().cpu()
             if after.shape != before.shape or not bool((bits(after) == bits(before)).all()):
                 changed = (
@@ -69,12 +104,8 @@ class Integrity(Check):
         seed, dist = (t.seed, t.distribution) if t else (None, None)
         metrics = {"violations": len(self.problems)}
         if self.problems:
-            return Outcome(
-                "fail",
-                "; ".join(dict.fromkeys(self.problems)),
-                metrics,
-                {"mode": "exact"},
-                seed,
-                dist,
-            )
+            found = list(dict.fromkeys(self.problems)) + self.faults
+            return Outcome("fail", "; ".join(found), metrics, {"mode": "exact"}, seed, dist)
+        if self.faults:
+            return Outcome("error", "; ".join(self.faults), metrics, {"mode": "exact"}, seed, dist)
         return Outcome("pass", "", metrics, {"mode": "exact"}, seed, dist)

@@ -11,8 +11,11 @@ FlashAttention's tests use:
 
 from __future__ import annotations
 
+import torch
+
 from kernelcheck.cases.inputs import parts_of
 from kernelcheck.checks.base import Check, Outcome, Trial, flat_rows
+from kernelcheck.checks.diagnose import likely_cause, stored_in_16_bits
 from kernelcheck.checks.metrics import ErrorStats, fp32_ulp
 
 
@@ -27,7 +30,7 @@ class ForwardPrecision(Check):
         self.max_ulp = 0
         self.cand_max = 0.0
         self.ref_max = 0.0
-        self.failed: tuple[Trial, float, float, float] | None = None
+        self.failed: tuple | None = None
         self.worst: tuple[Trial, str] | None = None
 
     def skip_reason(self) -> str | None:
@@ -35,21 +38,38 @@ class ForwardPrecision(Check):
             return f"op {self.ctx.op.name} declares no fp32 reference"
         return None
 
+    def _out_of_range_rows(self, trial: Trial) -> tuple[str, torch.Tensor] | None:
+        """(what, mask) of the rows whose index input is out of range, if the op has some."""
+        op = self.ctx.op
+        rule = op.out_of_range
+        if rule is None:
+            return None
+        spec = op.input(rule.input)
+        if not spec.index_of or not op.is_row_wise(spec):
+            return None
+        idx = flat_rows(trial.cpu_inputs[rule.input], len(self.ctx.lead))
+        if idx.dim() != 1:
+            return None
+        bound = self.ctx.sizes[spec.index_of]
+        return f"{rule.input} (expected exactly {rule.output!r})", (idx < 0) | (idx >= bound)
+
     def observe(self, trial: Trial) -> None:
         nlead = len(self.ctx.lead)
         parts = parts_of(trial.distribution)
+        oor = self._out_of_range_rows(trial)
         for c, r, g in zip(trial.outputs, trial.reference, trial.gold):
             if tuple(c.shape) != tuple(g.shape):
                 if self.failed is None:
-                    self.failed = (trial, trial.distribution, float("inf"), 0.0, 0.0)
+                    self.failed = (trial, trial.distribution, float("inf"), 0.0, 0.0, "")
                 continue
             c, r, g = flat_rows(c, nlead), flat_rows(r, nlead), flat_rows(g, nlead)
             # judged per distribution: one distribution's rounding must not hide another's
             for k, dist in enumerate(parts):
                 rows = slice(k, None, len(parts))
-                self._judge(trial, dist, c[rows], r[rows], g[rows])
+                mask = None if oor is None or oor[1].numel() != c.shape[0] else oor[1][rows]
+                self._judge(trial, dist, c[rows], r[rows], g[rows], mask, oor and oor[0])
 
-    def _judge(self, trial: Trial, dist: str, c, r, g) -> None:
+    def _judge(self, trial: Trial, dist: str, c, r, g, out_of_range, what) -> None:
         cand, ref = ErrorStats(), ErrorStats()
         cand.update(c, g)
         ref.update(r, g)
@@ -66,7 +86,27 @@ class ForwardPrecision(Check):
             self.worst_ratio, self.worst = ratio, (trial, dist)
         bad = cand.n_nonfinite > 0 or cand.max_abs > bound
         if bad and self.failed is None:
-            self.failed = (trial, dist, cand.max_abs, ref.max_abs, floor)
+            self.failed = (
+                trial,
+                dist,
+                cand.max_abs,
+                ref.max_abs,
+                floor,
+                self._cause(cand, c, g, bound, out_of_range, what),
+            )
+
+    @staticmethod
+    def _cause(cand: ErrorStats, c, g, bound, out_of_range, what) -> str:
+        only_oor = None
+        in_range = c
+        if out_of_range is not None and bool(out_of_range.any()):
+            inside, outside = ErrorStats(), ErrorStats()
+            inside.update(c[~out_of_range], g[~out_of_range])
+            outside.update(c[out_of_range], g[out_of_range])
+            if inside.max_abs <= bound and not inside.n_nonfinite:
+                only_oor = (what, outside.max_abs)
+            in_range = c[~out_of_range]
+        return likely_cause(cand.n_nonfinite, only_oor, stored_in_16_bits(in_range))
 
     def outcome(self) -> Outcome:
         tol = {"ratio": self.params["ratio"], "floor_ulp": self.params["floor_ulp"]}
@@ -79,13 +119,20 @@ class ForwardPrecision(Check):
         if self.failed is None:
             seed, dist = (self.worst[0].seed, self.worst[1]) if self.worst else (None, None)
             return Outcome("pass", "", metrics, tol, seed, dist)
-        trial, dist, cand, ref, floor = self.failed
+        trial, dist, cand, ref, floor, cause = self.failed
         if cand == float("inf"):
             msg = "output shape differs from the gold"
         else:
             msg = (
                 f"max error {cand:.3e} > {self.params['ratio']:g} x fp32 reference error {ref:.3e}"
-                f" + floor {floor:.3e} ({self.params['floor_ulp']} ulp): accumulates in lower"
-                " precision than fp32?"
+                f" + floor {floor:.3e} ({self.params['floor_ulp']} ulp): {cause}"
             )
-        return Outcome("fail", f"{msg} [seed {trial.seed}, {dist}]", metrics, tol, trial.seed, dist)
+        return Outcome(
+            "fail",
+            f"{msg} [seed {trial.seed}, {dist}]",
+            metrics,
+            tol,
+            trial.seed,
+            dist,
+            trial.distribution,
+        )

@@ -18,6 +18,7 @@ from kernelcheck.candidates.devices import torch_device
 from kernelcheck.cases.grid import Case, rows
 from kernelcheck.cases.inputs import MIX
 from kernelcheck.checks import CHECKS, CandidateFault, CaseContext, Outcome, Trial
+from kernelcheck.checks.base import no_progress
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.imports import ImportPathError, resolve
@@ -42,7 +43,9 @@ def make_result(
     """One check's outcome on one case, with the command that reruns just that."""
     seed = outcome.seed if outcome.seed is not None else (case.seeds[0] if case.seeds else None)
     failing = outcome.status not in ("pass", "skip")
-    dist = outcome.distribution if failing else None
+    # a failure's repro reruns the very trial that failed: a mixed trial's whole name
+    trial_dist = outcome.trial_distribution or outcome.distribution
+    dist = trial_dist if failing else None
     return CheckResult(
         op=case.op,
         candidate=case.candidate,
@@ -55,7 +58,10 @@ def make_result(
         metrics=outcome.metrics,
         tolerance=outcome.tolerance,
         seed=seed,
-        distribution=outcome.distribution,
+        distribution=dist if failing else outcome.distribution,
+        failing_distribution=(
+            outcome.distribution if failing and outcome.distribution != trial_dist else None
+        ),
         message=outcome.message,
         repro=repro_command(case, check, seed, dist, options.user_specs, options.check_grad),
         duration_s=round(seconds, 4),
@@ -77,7 +83,10 @@ def trial_distributions(op: OpSpec, case: Case) -> list[str]:
     return dists
 
 
-def run_case(op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResult]:
+def run_case(
+    op: OpSpec, case: Case, options: RunOptions, progress=no_progress
+) -> Iterator[CheckResult]:
+    """Yield one result per check of ``case``; ``progress(check, probe)`` hears each step."""
     cand = op.candidates[case.candidate]
     implementation, fn = "", None
 
@@ -86,6 +95,7 @@ def run_case(op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResul
         impl = getattr(fn, "last_implementation", None) or implementation
         return make_result(case, check, outcome, options, seconds, impl)
 
+    progress(None, "loading the candidate")
     try:
         loaded = candidates.load(cand)
         gold_fn = resolve(op.gold, op.base_dir)
@@ -113,6 +123,7 @@ def run_case(op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResul
         device=torch_device(case.device),
         grad=grad,
         grad_reason=grad_reason,
+        progress=progress,
     )
     active: dict[str, object] = {}
     for name in case.checks:
@@ -134,6 +145,7 @@ def run_case(op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResul
             if name in broken or id(trial) not in wanted[name]:
                 continue
             t0 = time.perf_counter()
+            progress(name, f"seed {trial.seed}")
             try:
                 check.observe(trial)
             except CandidateFault as exc:

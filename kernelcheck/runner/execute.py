@@ -1,10 +1,11 @@
 """Run cases so that a faulty candidate never takes the run down.
 
-In process (the default for Python candidates), a per-case timeout is a SIGALRM that
-raises :class:`CaseTimeout` in the candidate's Python code. Isolated (the default for
-native candidates, ``--isolate`` for any), each candidate runs in a child process that
-is killed on timeout and restarted after a crash; a segfault, an abort or
-``os._exit`` becomes a ``crash`` result carrying the signal or exit code.
+Isolated (the default for every candidate), each candidate runs in a child process,
+reused across cases, killed on timeout and restarted after a crash; a segfault, an
+abort or ``os._exit`` becomes a ``crash`` result carrying the signal or exit code,
+reported on the check and the step that was running. In process (``--no-isolate``, for
+debugging), a per-case timeout is a SIGALRM that raises :class:`CaseTimeout` in the
+candidate's Python code.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, replace
 
 from kernelcheck.cases.grid import Case
 from kernelcheck.checks.base import Outcome
@@ -45,13 +47,39 @@ def _fill(op, case, done: set[str], status: str, message: str, options) -> Itera
             yield fault_result(op, case, check, status, message, options)
 
 
-def run_in_process(
+@dataclass
+class Fault:
+    """An attempt that ended early: how, and the step (check, probe) that was running."""
+
+    status: str  # crash | timeout | error
+    message: str
+    check: str | None = None  # None: outside any check (loading, start-up)
+    probe: str = ""
+
+    def where(self) -> str:
+        if self.check is None:
+            return f" ({self.probe})" if self.probe else ""
+        return f" in {self.check}" + (f", step: {self.probe}" if self.probe else "")
+
+
+class _Progress:
+    """The step running now, as told by ``run_case``'s progress callback."""
+
+    def __init__(self) -> None:
+        self.check: str | None = None
+        self.probe = ""
+
+    def __call__(self, check: str | None, probe: str) -> None:
+        self.check, self.probe = check, probe
+
+
+def attempt_in_process(
     op: OpSpec, case: Case, options: RunOptions, timeout_s: float | None
-) -> Iterator[CheckResult]:
-    """Run one case here; a timeout (main thread only) turns the rest into ``timeout``."""
+) -> Generator[CheckResult, None, Fault | None]:
+    """Run the case here; a timeout (main thread only) interrupts it and is returned."""
     use_alarm = bool(timeout_s) and threading.current_thread() is threading.main_thread()
-    done: set[str] = set()
     previous = None
+    at = _Progress()
     if use_alarm:
 
         def on_alarm(signum, frame):
@@ -59,29 +87,18 @@ def run_in_process(
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    gen = run_case(op, case, options, at)
     try:
-        gen = run_case(op, case, options)
-        while True:
-            try:
-                res = next(gen)
-            except StopIteration:
-                break
-            done.add(res.check)
-            yield res
+        yield from gen
     except CaseTimeout:
         gen.close()
-        yield from _fill(
-            op,
-            case,
-            done,
-            "timeout",
-            f"case did not finish within {timeout_s:g} s (in process: candidate interrupted)",
-            options,
-        )
+        message = f"did not finish within {timeout_s:g} s (in process: candidate interrupted)"
+        return Fault("timeout", message, at.check, at.probe)
     finally:
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+    return None
 
 
 def _describe_exit(code: int | None) -> str:
@@ -140,21 +157,21 @@ class IsolatedWorker:
                     pass
         self.proc, self.channel = None, None
 
-    def run(
+    def attempt(
         self, op: OpSpec, case: Case, options: RunOptions, timeout_s: float | None
-    ) -> Iterator[CheckResult]:
+    ) -> Generator[CheckResult, None, Fault | None]:
+        """Run the case in the worker; a crash or timeout kills it and is returned."""
         if not self.alive():
             try:
                 self._start()
             except WorkerStartError as exc:
-                yield from _fill(op, case, set(), "error", str(exc), options)
-                return
+                return Fault("error", str(exc))
         try:
             self.channel.send((op, case, options))
         except OSError:  # died between cases
             pass
         deadline = time.monotonic() + timeout_s if timeout_s else None
-        done: set[str] = set()
+        at = _Progress()
         while True:
             wait = (
                 _POLL_S if deadline is None else max(0.0, min(_POLL_S, deadline - time.monotonic()))
@@ -165,32 +182,25 @@ class IsolatedWorker:
                 kind = None
             except (EOFError, OSError):
                 kind = "died"
+            if kind == "progress":
+                at(*payload)
+                continue
             if kind == "result":
-                res = CheckResult.from_dict(payload)
-                done.add(res.check)
-                yield res
+                yield CheckResult.from_dict(payload)
                 continue
             if kind == "done":
-                return
+                return None
             if kind == "fatal":
-                message = f"worker error: {payload.splitlines()[0]}"
-                yield from _fill(op, case, done, "error", message, options)
-                continue
+                self.stop()
+                return Fault("error", f"worker error: {payload.splitlines()[0]}")
             if kind == "died" or not self.alive():
                 code = self.proc.wait(5)
-                message = (
-                    f"{_describe_exit(code)} while running this case; the rest of the run goes on"
-                )
                 self.stop()
-                yield from _fill(op, case, done, "crash", message, options)
-                return
+                return Fault("crash", _describe_exit(code), at.check, at.probe)
             if deadline is not None and time.monotonic() >= deadline:
                 self.stop()
-                message = (
-                    f"case did not finish within {timeout_s:g} s (isolated: the worker was killed)"
-                )
-                yield from _fill(op, case, done, "timeout", message, options)
-                return
+                message = f"did not finish within {timeout_s:g} s (isolated: the worker was killed)"
+                return Fault("timeout", message, at.check, at.probe)
 
 
 class WorkerStartError(RuntimeError):
@@ -211,15 +221,28 @@ def case_timeout(op: OpSpec, case: Case) -> float:
 
 
 def wants_isolation(op: OpSpec, case: Case, isolate: bool | None) -> bool:
-    """``--isolate``/``--no-isolate`` wins; else the candidate's ``isolate``; else native."""
+    """``--isolate``/``--no-isolate`` wins; else the candidate's ``isolate``; else isolated.
+
+    Isolation is the default for every candidate: compiled code behind a Python
+    candidate (torch.compile, Triton, a vendor library) can abort the process as surely
+    as a native kernel, and an abort in process would take the run and its report down.
+    """
     if isolate is not None:
         return isolate
     cand = op.candidates[case.candidate]
-    return cand.isolate if cand.isolate is not None else cand.native
+    return cand.isolate if cand.isolate is not None else True
+
+
+MAX_FAULTS_PER_CASE = 3
 
 
 class Executor:
-    """Routes each case in process or to its candidate's worker; owns the workers."""
+    """Routes each case in process or to its candidate's worker; owns the workers.
+
+    A crash or a timeout is pinned to the check (and the step) that was running; the
+    case's other checks run again in a fresh worker. After ``MAX_FAULTS_PER_CASE`` such
+    faults in one case, the checks left get the last fault's status without running.
+    """
 
     def __init__(self, isolate: bool | None = None, timeout_s: float | None = None):
         self.isolate = isolate
@@ -230,9 +253,41 @@ class Executor:
         timeout = self.timeout_s if self.timeout_s is not None else case_timeout(op, case)
         if wants_isolation(op, case, self.isolate):
             worker = self.workers.setdefault(case.candidate, IsolatedWorker())
-            yield from worker.run(op, case, options, timeout)
+            attempt = worker.attempt
         else:
-            yield from run_in_process(op, case, options, timeout)
+            attempt = attempt_in_process
+        pending = list(case.checks)
+        faults = 0
+        while pending:
+            sub = replace(case, checks=tuple(pending))
+            fault = yield from _pass_on(attempt(op, sub, options, timeout), pending)
+            if fault is None:
+                break
+            if fault.check not in pending:  # outside any check: every check left shares it
+                yield from _fill(
+                    op, sub, set(), fault.status, fault.message + fault.where(), options
+                )
+                return
+            faults += 1
+            message = (
+                f"{fault.message}{fault.where()}; the case's other checks ran in a fresh worker"
+            )
+            yield fault_result(op, case, fault.check, fault.status, message, options)
+            pending.remove(fault.check)
+            if faults >= MAX_FAULTS_PER_CASE and pending:
+                message = (
+                    f"not run: {faults} checks of this case ended in a crash or timeout "
+                    f"(last: {fault.message}{fault.where()})"
+                )
+                yield from _fill(
+                    op, replace(case, checks=tuple(pending)), set(), fault.status, message, options
+                )
+                return
+        if pending:  # an attempt ended without a result for some check
+            message = "the candidate's run ended without a result for this check"
+            yield from _fill(
+                op, replace(case, checks=tuple(pending)), set(), "error", message, options
+            )
 
     def close(self) -> None:
         for worker in self.workers.values():
@@ -240,4 +295,16 @@ class Executor:
         self.workers.clear()
 
 
-__all__ = ["CaseTimeout", "Executor", "IsolatedWorker", "run_in_process", "wants_isolation"]
+def _pass_on(gen, pending: list[str]):
+    """Pass an attempt's results on, crossing each off ``pending``; return its fault."""
+    while True:
+        try:
+            res = next(gen)
+        except StopIteration as stop:
+            return stop.value
+        if res.check in pending:
+            pending.remove(res.check)
+        yield res
+
+
+__all__ = ["CaseTimeout", "Executor", "Fault", "IsolatedWorker", "attempt_in_process"]

@@ -9,7 +9,9 @@ still ends with the same status:
 2. the other dims (vocab): the classic small sizes 1, 2, 16, 257 below the current one,
    else halving, then bisection;
 3. rows again if the vocab step made a smaller row count fail;
-4. the distribution, simplest first: normal, equal, heavy, masked, large.
+4. the distribution, simplest first: normal, equal, heavy, masked, lm, large. A mixed
+   trial (row r from the r-th of several distributions) is first narrowed to one
+   distribution, before the rows, so that fewer rows still hold the failing kind.
 
 Attempts run through the run's :class:`~kernelcheck.runner.execute.Executor` (isolated
 or in process, as the run was). The search stops when ``budget_s`` is spent: it is
@@ -24,13 +26,14 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 
 from kernelcheck.cases.grid import Case
+from kernelcheck.cases.inputs import MIX
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.case import RunOptions
 from kernelcheck.runner.execute import Executor
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.load import Catalog
 
-SIMPLEST_FIRST = ("normal", "equal", "heavy", "masked", "large")
+SIMPLEST_FIRST = ("normal", "equal", "heavy", "masked", "lm", "large")
 CLASSIC_SIZES = (1, 2, 16, 257)
 
 
@@ -180,11 +183,16 @@ def _shrink_other_dims(search: _Search, case: Case) -> Case:
 
 
 def _shrink_distribution(search: _Search, case: Case) -> Case:
+    """The simplest single distribution that still fails (a mixed trial's parts too)."""
     current = case.distributions[0] if case.distributions else None
     order = list(SIMPLEST_FIRST)
-    if current not in order:
+    if len(case.distributions) > 1 or (current and MIX in current):  # any single one
+        simpler = order
+    elif current in order:
+        simpler = order[: order.index(current)]
+    else:
         return case
-    for dist in order[: order.index(current)]:
+    for dist in simpler:
         trial = replace(case, distributions=(dist,))
         if search.fails(trial):
             return trial
@@ -234,8 +242,8 @@ def shrink(
     try:
         reproduced = search.fails(original)
         if reproduced:
-            if len(dists) > 1 and search.last.distribution:
-                search.best = replace(original, distributions=(search.last.distribution,))
+            if len(dists) > 1 or MIX in dists[0]:  # several kinds in one trial: one first
+                _stage(_shrink_distribution, search, steps)
             _stage(_shrink_rows, search, steps)
             if _stage(_shrink_other_dims, search, steps):
                 _stage(_shrink_rows, search, steps)

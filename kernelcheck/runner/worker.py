@@ -71,8 +71,12 @@ def main() -> None:
         if task is None:
             return
         op, case, options = task
+
+        def progress(check, probe):
+            channel.send(("progress", (check, probe)))
+
         try:
-            for res in run_case(op, case, options):
+            for res in run_case(op, case, options, progress):
                 channel.send(("result", res.to_dict()))
         except BaseException as exc:  # noqa: BLE001 - reported to the parent
             channel.send(("fatal", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"))

@@ -1,0 +1,252 @@
+"""Verdicts to bet a release on: invariance that cannot miss by luck, repros that rerun
+the very data that failed, faults pinned to their check, findings never dropped, hints
+only where the metrics support them, real logit scales, integrity on edge inputs.
+
+The planted bugs live in tests/fixtures/broken_logp.py and faulty_logp.py, and are
+declared as a user spec in tests/fixtures/planted.toml, so printed repros can be rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kernelcheck import api
+from kernelcheck.checks.invariance import miss_probability
+from kernelcheck.spec import load_catalog
+from tests.conftest import FIXTURES, REPO_ROOT, run_small, with_candidate
+
+PLANTED = FIXTURES / "planted.toml"
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return load_catalog([PLANTED])
+
+
+# --- 1. invariance coverage is a guarantee, not a draw ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name,check",
+    [
+        ("perturbed_in_batches", "forward_invariance"),
+        ("perturbed_backward_in_batches", "backward_invariance"),
+    ],
+)
+def test_invariance_catches_a_5_percent_content_bug_on_every_seed(catalog, name, check):
+    """1 ulp on ~5% of rows (chosen by a hash of the row) whenever the batch has more
+    than one row: caught on each of 20 seeds (miss probability 0.95^300 = 2e-7 each)."""
+    cat = with_candidate(catalog, "planted", f"broken_logp:{name}")
+    for seed in range(20):
+        res = run_small(cat, "planted", [check], seeds=[seed], distributions="normal")[check]
+        assert res.status == "fail", (seed, res.message)
+        assert res.metrics["compared_rows"] >= 256
+        assert res.metrics["miss_probability_5pct"] < 1e-6
+
+
+def test_honest_candidate_passes_invariance_with_its_stated_coverage(catalog):
+    res = run_small(catalog, "torch", ["forward_invariance", "backward_invariance"], seeds=[3])
+    for r in res.values():
+        assert r.status == "pass", r.message
+        assert r.metrics["compared_rows"] == 300
+        assert r.metrics["miss_probability_5pct"] == pytest.approx(miss_probability(300))
+        assert r.metrics["comparisons"] == 600  # every row in two layouts besides alone
+
+
+def test_row_sum_split_for_few_rows_is_caught(catalog):
+    """The torch.compile pattern: one row alone is summed in parts, batched rows are not."""
+    cat = with_candidate(catalog, "planted", "broken_logp:splits_when_few_rows")
+    for seed in range(5):
+        res = run_small(cat, "planted", ["forward_invariance"], dtype="fp16", seeds=[seed])
+        assert res["forward_invariance"].status == "fail", seed
+
+
+# --- 2. repros rerun the very data that failed -------------------------------------------
+
+REPRO_CASES = [
+    # (planted candidate, check, dtype)
+    ("perturbed-in-batches", "forward_invariance", "fp32"),
+    ("splits-when-few-rows", "forward_invariance", "fp16"),
+    ("perturbed-backward-in-batches", "backward_invariance", "fp32"),
+    ("no-max-subtraction", "forward_accuracy", "fp32"),
+    ("bf16-accumulation", "forward_precision", "bf16"),
+    ("nondeterministic", "determinism", "fp32"),
+    ("negative-zero", "contract", "fp32"),
+    ("zeroes-ignored-rows", "integrity", "fp32"),
+]
+
+
+@pytest.mark.parametrize("name,check,dtype", REPRO_CASES, ids=[c[0] for c in REPRO_CASES])
+def test_every_printed_repro_reproduces(planted, tmp_path, name, check, dtype):
+    """Run the default 2x16x257 case (a mixed trial of every distribution), then rerun
+    each failing result's printed repro in a fresh process: exit 1, same check failing."""
+    report = api.run(
+        planted,
+        "logp",
+        candidate_names=[name],
+        device="cpu",
+        dtype_names=dtype,
+        shape={"batch": 2, "seq": 16, "vocab": 257},
+        check_names=[check],
+        isolate=False,
+    )
+    failing = [r for r in report.results if r.status == "fail"]
+    assert failing and all(r.check == check for r in failing)
+    for r in failing:
+        assert "--spec" in r.repro and str(PLANTED) in r.repro
+        out = tmp_path / "repro.json"
+        argv = r.repro.split()[1:]  # drop "kernelcheck": run it with this interpreter
+        proc = subprocess.run(
+            [sys.executable, "-m", "kernelcheck", *argv, "--json-out", str(out), "--no-shrink"],
+            capture_output=True,
+            text=True,
+            cwd=REPO_ROOT,
+            timeout=300,
+        )
+        assert proc.returncode == 1, (r.repro, proc.stdout[-2000:], proc.stderr[-2000:])
+        rerun = {x["check"]: x for x in json.loads(out.read_text())["results"]}
+        assert rerun[check]["status"] == "fail", rerun[check]["message"]
+
+
+def test_mixed_trial_failure_names_the_row_and_reruns_the_trial(planted):
+    report = api.run(
+        planted,
+        "logp",
+        candidate_names=["no-max-subtraction"],
+        device="cpu",
+        dtype_names="fp32",
+        shape={"batch": 2, "seq": 16, "vocab": 257},
+        check_names=["forward_accuracy"],
+        seeds=[0],
+        isolate=False,
+    )
+    (r,) = report.results
+    assert r.status == "fail"
+    assert r.failing_distribution == "large" and ", large]" in r.message
+    assert r.distribution == "normal+large+masked+equal+heavy+lm"
+    assert f"--distributions {r.distribution}" in r.repro
+
+
+# --- 3. faults pinned to their check ------------------------------------------------------
+
+PINNED_CHECKS = ["forward_accuracy", "contract", "determinism", "forward_invariance"]
+
+
+def test_isolation_is_the_default_for_every_candidate(catalog):
+    from kernelcheck.runner.execute import wants_isolation
+
+    plan = api.plan(catalog, "logp", candidate_names=["torch"], device="cpu")
+    assert all(wants_isolation(plan.op, c, None) for c in plan.cases)
+
+
+def test_abort_in_a_contract_probe_is_a_crash_of_that_probe_only(catalog):
+    """Default isolation: the abort kills a worker, never this process; the crash is
+    reported on contract's out-of-range probe; the other checks run in a fresh worker."""
+    cat = with_candidate(catalog, "faulty", "faulty_logp:aborts_on_out_of_range")
+    res = run_small(cat, "faulty", PINNED_CHECKS, seeds=[0], isolate=None)
+    assert res["contract"].status == "crash"
+    assert "SIGABRT" in res["contract"].message and "out_of_range" in res["contract"].message
+    others = {k: (r.status, r.message) for k, r in res.items() if k != "contract"}
+    assert all(status == "pass" for status, _ in others.values()), others
+
+
+def test_hang_in_a_probe_is_a_timeout_of_that_probe_only(catalog):
+    cat = with_candidate(catalog, "faulty", "faulty_logp:hangs_on_out_of_range")
+    res = run_small(cat, "faulty", PINNED_CHECKS, seeds=[0], timeout_s=3.0)
+    assert res["contract"].status == "timeout"
+    assert "out_of_range" in res["contract"].message
+    assert {r.status for k, r in res.items() if k != "contract"} == {"pass"}
+
+
+# --- 4. contract probes are independent ---------------------------------------------------
+
+
+def test_raising_on_out_of_range_targets_is_a_contract_fail_naming_the_exception(catalog):
+    cat = with_candidate(catalog, "planted", "broken_logp:raises_on_out_of_range")
+    res = run_small(cat, "planted", ["contract", "forward_accuracy"], seeds=[0])
+    assert res["contract"].status == "fail"
+    msg = res["contract"].message
+    assert "out_of_range" in msg and "IndexError" in msg and "exactly 0.0" in msg
+    assert res["forward_accuracy"].status == "pass"
+
+
+def test_a_raising_probe_does_not_hide_the_next_finding(catalog):
+    cat = with_candidate(
+        catalog, "planted", "broken_logp:raises_on_out_of_range_and_ignores_strides"
+    )
+    res = run_small(cat, "planted", ["contract"], seeds=[0])["contract"]
+    assert res.status == "fail"
+    assert "IndexError" in res.message and "differs from the contiguous copy" in res.message
+
+
+# --- 5. hints only where they fit ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "module,name,dtype,dist,hint",
+    [
+        ("broken_logp", "stores_bf16", "fp32", "normal", "stored in 16 bits (bf16)"),
+        ("broken_logp", "nonzero_out_of_range", "fp32", "normal", "only at out-of-range target"),
+        ("faulty_logp", "returns_nan", "fp32", "normal", "NaN/Inf output(s)"),
+        ("broken_logp", "bf16_accumulation", "bf16", "normal", "lower precision than fp32"),
+    ],
+)
+def test_precision_hint_names_the_cause_the_metrics_support(
+    catalog, module, name, dtype, dist, hint
+):
+    cat = with_candidate(catalog, "planted", f"{module}:{name}")
+    res = run_small(
+        cat, "planted", ["forward_precision"], dtype=dtype, seeds=[0], distributions=dist
+    )
+    r = res["forward_precision"]
+    assert r.status == "fail" and hint in r.message, r.message
+    if "lower precision" not in hint:
+        assert "lower precision" not in r.message
+
+
+# --- 6. real logit scales -----------------------------------------------------------------
+
+QWEN3_ROWS = {"batch": 12, "vocab": 151936}
+
+
+def test_lm_logits_catch_a_lossy_fp32_sum(catalog):
+    """Eager log_softmax sums 151936 terms losing small ones: 2e-5 on LM-scale rows."""
+    cat = with_candidate(catalog, "plain", "plain_torch:log_softmax_gather")
+    res = run_small(
+        cat, "plain", ["forward_accuracy"], shape=QWEN3_ROWS, seeds=[0], distributions="lm"
+    )
+    assert res["forward_accuracy"].status == "fail", res["forward_accuracy"].message
+
+
+@pytest.mark.parametrize("candidate", ["torch", "cpu"])
+def test_honest_candidates_pass_lm_logits(catalog, candidate):
+    res = run_small(
+        catalog,
+        candidate,
+        ["forward_accuracy", "forward_precision"],
+        shape=QWEN3_ROWS,
+        seeds=[0],
+        distributions="lm",
+    )
+    assert {r.status for r in res.values()} == {"pass"}, {k: r.message for k, r in res.items()}
+
+
+def test_lm_is_in_the_default_grid(catalog):
+    assert "lm" in catalog.ops["logp"].grid.distributions
+
+
+# --- 7. integrity on edge inputs ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shape", [{"batch": 2, "seq": 16, "vocab": 257}, {"batch": 1, "vocab": 257}]
+)
+def test_integrity_sees_ignored_rows_on_every_shape_and_seed(catalog, shape):
+    cat = with_candidate(catalog, "planted", "broken_logp:zeroes_ignored_rows")
+    for seed in range(4):
+        res = run_small(cat, "planted", ["integrity"], shape=shape, seeds=[seed])["integrity"]
+        assert res.status == "fail" and "changed input 'logits'" in res.message, (seed, res.message)
