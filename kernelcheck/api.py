@@ -5,12 +5,14 @@ The CLI, the tests and the pytest plugin all call these functions; nothing here 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
+from kernelcheck.cases import shared
 from kernelcheck.cases.grid import Case, parse_shard, shard
 from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
 from kernelcheck.checks import CHECKS
@@ -122,21 +124,26 @@ def plan(
         if wanted and name not in wanted:
             continue
         reason = candidates.probe(cand, dev)
-        if reason is None and wanted:
-            # a candidate asked for by name is about to run: a bad import path is a usage error
+        if reason is None:
+            # one rule, named or not: a candidate about to run that cannot be loaded stops
+            # the run before it starts (exit 2), so a broken kernel module fails the gate
+            # loudly instead of as a pile of per-check errors
             try:
                 candidates.load(cand)
             except ImportPathError as exc:
-                raise UsageError(f"{cand.source}: candidate.{name}.callable: {exc}") from None
+                raise UsageError(
+                    f"{cand.source}: candidate.{name}.callable: cannot load: {exc}"
+                ) from None
         if reason is None:
             runnable.append(name)
         elif wanted:
             raise UsageError(f"candidate {name} cannot run on {dev}: {reason}")
         else:
             unavailable[name] = reason
+    # the candidates of one (dtype, shape) one after another: they share its trials
     cases = [
         Case(spec.name, c, dev, d, tuple(s.items()), tuple(seed_list), tuple(dists), tuple(checks))
-        for c, d, s in itertools.product(runnable, dts, shapes)
+        for d, s, c in itertools.product(dts, shapes, runnable)
     ]
     digest = plan_digest(cases, check_grad)  # before sharding: the same in every shard
     if shard_kn:
@@ -147,7 +154,11 @@ def plan(
 
 def _resolve_gold(spec: OpSpec) -> None:
     """The gold and the reference are the op's, not a candidate's: resolve them up front."""
-    for key, path in (("gold", spec.gold), ("reference", spec.reference)):
+    for key, path in (
+        ("gold", spec.gold),
+        ("reference", spec.reference),
+        ("gold_backward", spec.gold_backward),
+    ):
         if path is None:
             continue
         try:
@@ -179,11 +190,21 @@ def execute(
         report.extra["shard"] = f"{plan.shard[0]}/{plan.shard[1]}"
     report.not_run = [c.id for c in plan.cases]
     executor = Executor(plan.isolate, plan.timeout_s)
+    folder = shared.make_run_folder()
+    options = plan.options
+    if folder is not None:
+        options = dataclasses.replace(
+            options, shared_dir=str(folder), shared_budget=shared.budget_for(folder)
+        )
+    group = None
     try:
         for i, case in enumerate(plan.cases):
             if on_case:
                 on_case(case, i, len(plan.cases))
-            for res in executor.run(plan.op, case, plan.options):
+            if (case.dtype, case.shape) != group:  # a new group: its trials are new
+                shared.forget(folder)
+                group = (case.dtype, case.shape)
+            for res in executor.run(plan.op, case, options):
                 report.results.append(res)
                 if on_result:
                     on_result(res, report)
@@ -192,7 +213,9 @@ def execute(
         report.interrupted = exc.signame
     finally:
         executor.close()
+        shared.remove(folder)
         report.finished = time.time()
+        report.extra["phase_seconds"] = {k: round(v, 3) for k, v in executor.phase_seconds.items()}
     return report
 
 
@@ -221,7 +244,12 @@ def describe(catalog: Catalog) -> dict:
                 "importable": importable,
                 "devices": list(cand.devices),
                 "source": str(cand.source),
-                "runs_here": {d: candidates.probe(cand, d) or "yes" for d in cand.devices},
+                "runs_here": {
+                    d: (f"cannot load: {importable[8:]}" if importable != "yes" else None)
+                    or candidates.probe(cand, d)
+                    or "yes"
+                    for d in cand.devices
+                },
             }
         out["ops"][name] = {
             "description": op.description,

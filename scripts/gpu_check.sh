@@ -2,7 +2,7 @@
 # GPU check of kernelcheck on a lent CUDA machine (an H200): build the CUDA library for
 # sm_90, then run the logp checks and the bench on the GPU. Every step has a timeout and
 # its exit code goes to $OUT/exit_codes.txt; a failing step never stops the later ones,
-# so all results come back. The timeouts add up to 475 s (under 8 minutes).
+# so all results come back. The timeouts add up to 625 s (under 11 minutes).
 #
 #   OUT=/some/dir scripts/gpu_check.sh      (run from anywhere; OUT defaults to /tmp/kernelcheck_gpu_out)
 #
@@ -88,6 +88,12 @@ step run_grid 110 "${KC[@]}" run --op logp --device cuda --check-grad \
 step run_big 80 "${KC[@]}" run --op logp --device cuda --check-grad \
     --candidate torch --candidate cuda --batch 4096 --vocab 151936 --dtype bf16,fp32 --seed 0 \
     --json-out "$OUT/run_big.json" --format plain
+# The Qwen3 case of the CPU benchmark (16 x 256 rows at V=151936, 3 dtypes, torch and
+# cuda) with the float64 gold on the GPU, timed; phase_seconds in the JSON says where
+# the time went (the gold phase runs on the GPU there).
+step run_qwen3 150 /usr/bin/time -v "${KC[@]}" run --op logp --device cuda \
+    --candidate torch --candidate cuda --batch 16 --seq 256 --vocab 151936 --no-shrink \
+    --json-out "$OUT/run_qwen3.json" --format plain
 step bench 75 "${KC[@]}" bench --op logp --device cuda --candidate torch --candidate cuda \
     --batch 4096 --vocab 151936 --dtype bf16,fp32 --format json --json-out "$OUT/bench.json"
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kernelcheck import gold
 from kernelcheck.cases.inputs import make_inputs
 from kernelcheck.ops.logp import gold as logp_gold
+from kernelcheck.ops.logp import gold_backward
 
 
 def test_chunked_gold_equals_one_shot(catalog):
@@ -43,3 +45,33 @@ def test_gold_backward_is_onehot_minus_softmax_and_zero_out_of_range(catalog):
     want[x["target"] < 0] = 0  # row 1, and any ignored row the draw holds
     assert torch.allclose(grad, want, atol=1e-15)
     assert torch.equal(grad[1], torch.zeros(17, dtype=torch.float64))
+
+
+def test_analytic_gold_backward_equals_autograd_of_the_gold(catalog):
+
+    op = catalog.op("logp")
+    for dist in ("normal", "large", "masked", "lm"):
+        x = make_inputs(op, {"batch": 6, "vocab": 300}, "bf16", 1, dist)
+        x["target"][:3] = torch.tensor([-100, 300, 5])
+        g = [torch.randn(6, dtype=torch.float64)]
+        auto = list(gold.backward_chunks(op, logp_gold, x, g, (6,)))
+        fast = list(gold.backward_chunks(op, logp_gold, x, g, (6,), gold_backward))
+        a = torch.cat([c["logits"] for _, c in auto])
+        f = torch.cat([c["logits"] for _, c in fast])
+        assert torch.allclose(a, f, rtol=1e-12, atol=1e-12), (dist, float((a - f).abs().max()))
+        assert torch.equal(f[0], torch.zeros(300, dtype=torch.float64))
+
+
+def test_gold_device_is_a_parameter(catalog):
+    """One code path: the device the float64 arithmetic runs on is an argument. The CPU
+    runs it here; the CUDA path is the same code with device='cuda' (GPU hosts only)."""
+    op = catalog.op("logp")
+    x = make_inputs(op, {"batch": 3, "vocab": 40}, "fp32", 0, "normal")
+    here = gold.forward(op, logp_gold, x, (3,), device="cpu")[0]
+    assert here.device.type == "cpu" and here.dtype == torch.float64
+    assert gold.gold_device("cpu").type == "cpu"
+    assert gold.gold_device("npu").type == "cpu"  # no usable float64 on the NPU
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA gold path needs a GPU: torch.cuda.is_available() is False here")
+    on_gpu = gold.forward(op, logp_gold, x, (3,), device="cuda")[0]
+    assert on_gpu.device.type == "cpu" and torch.equal(on_gpu, here)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 IMPLEMENTATION = "torch:fp32-formula"
 SUM_CHUNK = 1024
-ROW_CHUNK_ELEMENTS = 1 << 24  # fp32 temporaries of one row chunk: 64 MiB each
+ROW_CHUNK_ELEMENTS = 1 << 20  # fp32 temporaries of one row chunk: 4 MiB, cache-sized
 
 
 def fixed_order_row_sum(x: torch.Tensor) -> torch.Tensor:
@@ -17,15 +16,18 @@ def fixed_order_row_sum(x: torch.Tensor) -> torch.Tensor:
 
     A plain ``x.sum(-1)`` on the CPU splits a long row across threads when there are
     fewer rows than threads, so a row's sum depends on the batch size (kernelcheck's
-    ``backward_invariance`` catches it at V=151936). Summing fixed 1024-element chunks,
-    then the chunk sums, keeps every reduction below torch's split threshold.
+    ``backward_invariance`` catches it at V=151936). Summing fixed 1024-element chunks
+    (the tail as one more), then the chunk sums, keeps every reduction below torch's
+    split threshold. Importable for your own honest torch candidates.
     """
     vocab = x.shape[-1]
     if vocab <= SUM_CHUNK:
         return x.sum(dim=-1)
-    pad = (-vocab) % SUM_CHUNK
-    chunks = F.pad(x, (0, pad)).unflatten(-1, (-1, SUM_CHUNK))  # zero padding adds exactly 0
-    return chunks.sum(dim=-1).sum(dim=-1)
+    full = vocab - vocab % SUM_CHUNK
+    parts = x[..., :full].unflatten(-1, (-1, SUM_CHUNK)).sum(dim=-1)
+    if full < vocab:
+        parts = torch.cat([parts, x[..., full:].sum(dim=-1, keepdim=True)], dim=-1)
+    return parts.sum(dim=-1)
 
 
 def _row_chunks(rows: int, vocab: int):
@@ -44,18 +46,17 @@ class _Logp(torch.autograd.Function):
         t1 = target.reshape(-1).long()
         valid = (t1 >= 0) & (t1 < vocab)
         safe = torch.where(valid, t1, torch.zeros_like(t1))
-        out = torch.zeros(x2.shape[0], dtype=torch.float32, device=logits.device)
-        row_max = torch.empty_like(out)
-        log_sum = torch.empty_like(out)
+        selected = x2.gather(-1, safe.unsqueeze(-1)).squeeze(-1).float()
+        row_max = torch.empty(x2.shape[0], dtype=torch.float32, device=logits.device)
+        log_sum = torch.empty_like(row_max)
         for sl in _row_chunks(x2.shape[0], vocab):
-            x = x2[sl].float()
-            m = x.amax(dim=-1, keepdim=True)
-            shifted = x - m
-            ls = torch.log(fixed_order_row_sum(torch.exp(shifted)))
+            x = x2[sl]
+            m = x.amax(dim=-1, keepdim=True).float()
+            e = x.float().sub(m) if x.dtype == torch.float32 else x.float().sub_(m)
             # max first, then the log-sum: exact for rows offset far from zero
-            selected = shifted.gather(-1, safe[sl].unsqueeze(-1)).squeeze(-1)
-            out[sl] = torch.where(valid[sl], selected - ls, torch.zeros_like(ls))
-            row_max[sl], log_sum[sl] = m.squeeze(-1), ls
+            log_sum[sl] = torch.log(fixed_order_row_sum(e.exp_()))
+            row_max[sl] = m.squeeze(-1)
+        out = torch.where(valid, (selected - row_max) - log_sum, torch.zeros_like(log_sum))
         ctx.save_for_backward(x2, safe, valid, row_max, log_sum)
         ctx.lead = tuple(logits.shape)
         return out.view(logits.shape[:-1])
@@ -64,13 +65,17 @@ class _Logp(torch.autograd.Function):
     def backward(ctx, grad_out: torch.Tensor):
         x2, safe, valid, row_max, log_sum = ctx.saved_tensors
         g = grad_out.reshape(-1).float()
+        coef = torch.where(valid, g, torch.zeros_like(g))
         grad = torch.empty_like(x2)
         for sl in _row_chunks(x2.shape[0], x2.shape[1]):
             # d logp / d x = onehot(target) - softmax(x), zero on out-of-range rows
-            p = torch.exp((x2[sl].float() - row_max[sl, None]) - log_sum[sl, None])
-            onehot = torch.zeros_like(p).scatter_(-1, safe[sl].unsqueeze(-1), 1.0)
-            coef = torch.where(valid[sl], g[sl], torch.zeros_like(g[sl]))
-            grad[sl] = (coef[:, None] * (onehot - p)).to(x2.dtype)
+            x = x2[sl]
+            p = x.float().sub(row_max[sl, None]) if x.dtype == torch.float32 else x.float()
+            if x.dtype != torch.float32:
+                p.sub_(row_max[sl, None])
+            p.sub_(log_sum[sl, None]).exp_().mul_(-coef[sl, None])
+            p.scatter_add_(-1, safe[sl].unsqueeze(-1), coef[sl].unsqueeze(-1))
+            grad[sl] = p
         return grad.view(ctx.lead), None
 
 

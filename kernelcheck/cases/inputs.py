@@ -1,14 +1,17 @@
 """Stage 2b: seeded inputs, drawn on the CPU and only then moved to the device.
 
-One seed gives the same values on cpu, cuda and npu: every tensor is drawn from a CPU
-``torch.Generator`` seeded from (seed, distribution, input), in float64, then rounded
-once to the case dtype. The gold later upcasts exactly those rounded values.
+One seed gives the same values on cpu, cuda and npu and in every process: every float
+tensor is drawn by :func:`draw_float` from CPU ``torch.Generator`` streams keyed by
+(seed, distribution, input, salt), in float32, then rounded once to the case dtype. The
+gold later upcasts exactly those rounded values. ``tests/cases/test_inputs.py`` pins the
+generator's output.
 """
 
 from __future__ import annotations
 
 import math
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -51,50 +54,77 @@ def row_distribution(dist: str, row: int) -> str:
     return parts[row % len(parts)]
 
 
+def _key(seed: int, *salt: str) -> int:
+    """The 63-bit seed of one stream: (seed, distribution, input, salt, part)."""
+    return (seed * 1_000_003 + zlib.crc32("/".join(salt).encode())) % (2**63)
+
+
 def _generator(seed: int, *salt: str) -> torch.Generator:
-    key = zlib.crc32("/".join(salt).encode())
-    return torch.Generator().manual_seed((seed * 1_000_003 + key) % (2**63))
+    return torch.Generator().manual_seed(_key(seed, *salt))
 
 
-DRAW_CHUNK_ELEMENTS = 1 << 22  # float64 working set of one chunk: 32 MiB
+DRAW_CHUNK_ELEMENTS = 1 << 20  # one chunk of one stream: its own generator, 4 MiB of fp32
+_POOL: ThreadPoolExecutor | None = None
 
 
-def draw_float(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: torch.Generator):
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max(1, min(8, torch.get_num_threads())))
+    return _POOL
+
+
+def draw_float(rows: int, inner: tuple[int, ...], dist: str, dtype: str, key: int):
     """``rows x inner`` values of a distribution, rounded once to ``dtype`` (CPU).
 
-    Drawn in row chunks so that 4096 Qwen3-vocab rows never hold a float64 copy.
+    The generator: fixed chunks of whole rows (about DRAW_CHUNK_ELEMENTS each), chunk c
+    drawn by ``torch.Generator().manual_seed(hash(key, c))`` in float32 and rounded to
+    ``dtype``. The chunking depends on the shape alone, so the values are the same in
+    every process and on every machine whatever the thread count; chunks are drawn by
+    a thread pool (torch releases the GIL), which makes the draw several times faster
+    than one float64 stream.
     """
     tdt = dtypes.torch_dtype(dtype)
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}")
     out = torch.empty((rows, *inner), dtype=tdt)
     step = max(1, DRAW_CHUNK_ELEMENTS // max(1, math.prod(inner)))
-    for start in range(0, rows, step):
+
+    def fill(c: int) -> None:
+        start = c * step
         n = min(step, rows - start)
-        out[start : start + n] = _draw_rows(n, inner, dist, dtype, gen).to(tdt)
+        gen = torch.Generator().manual_seed((key * 0x9E3779B1 + c) % (2**63))
+        out[start : start + n] = _draw_rows(n, inner, dist, dtype, gen)
+
+    chunks = range((rows + step - 1) // step)
+    if len(chunks) > 1:
+        list(_pool().map(fill, chunks))
+    elif rows:
+        fill(0)
     return out
 
 
 def _draw_rows(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: torch.Generator):
     shape = (rows, *inner)
     per_row = (rows, *([1] * len(inner)))
+    f32 = torch.float32
     if dist in ("normal", "masked"):
-        return torch.randn(shape, generator=gen, dtype=torch.float64)
+        return torch.randn(shape, generator=gen, dtype=f32)
     if dist == "large":
         offset, spread = {"fp32": (1e4, 3.0), "bf16": (1e4, 200.0), "fp16": (6.0e4, 600.0)}[dtype]
-        sign = torch.randint(0, 2, (rows,), generator=gen).to(torch.float64) * 2 - 1
-        x = torch.randn(shape, generator=gen, dtype=torch.float64).mul_(spread)
+        sign = torch.randint(0, 2, (rows,), generator=gen).to(f32) * 2 - 1
+        x = torch.randn(shape, generator=gen, dtype=f32).mul_(spread)
         x.add_(sign.view(per_row) * offset)
         limit = torch.finfo(dtypes.torch_dtype(dtype)).max
         return x.clamp_(-limit, limit)
     if dist == "equal":
-        c = torch.randn((rows,), generator=gen, dtype=torch.float64) * 4
+        c = torch.randn((rows,), generator=gen, dtype=f32) * 4
         return c.view(per_row).expand(shape)
     if dist == "lm":
         return _lm_rows(rows, inner, gen)
     # heavy: Student-t with 2 degrees of freedom, z / sqrt(chi2_2 / 2), chi2_2 = -2 log u
-    z = torch.randn(shape, generator=gen, dtype=torch.float64)
-    u = torch.rand(shape, generator=gen, dtype=torch.float64).clamp_min_(1e-300)
+    z = torch.randn(shape, generator=gen, dtype=f32)
+    u = torch.rand(shape, generator=gen, dtype=f32).clamp_min_(1e-30)
     return z.div_(u.log_().neg_().sqrt_()).clamp_(-20, 20)
 
 
@@ -109,13 +139,14 @@ def _lm_rows(rows: int, inner: tuple[int, ...], gen: torch.Generator) -> torch.T
     can be met at all.
     """
     width = math.prod(inner)
-    std = torch.rand((rows, 1), generator=gen, dtype=torch.float64).square_().mul_(4).add_(4)
-    x = torch.randn((rows, width), generator=gen, dtype=torch.float64).mul_(std)
+    f32 = torch.float32
+    std = torch.rand((rows, 1), generator=gen, dtype=f32).square_().mul_(4).add_(4)
+    x = torch.randn((rows, width), generator=gen, dtype=f32).mul_(std)
     tail_top = std * math.sqrt(2 * math.log(max(width, 2)))
-    top = tail_top + torch.rand((rows, 1), generator=gen, dtype=torch.float64) * 8 - 4
+    top = tail_top + torch.rand((rows, 1), generator=gen, dtype=f32) * 8 - 4
     heads = min(8, width)
     cols = torch.randint(0, width, (rows, heads), generator=gen)
-    decay = torch.arange(heads, dtype=torch.float64) * 1.5
+    decay = torch.arange(heads, dtype=f32) * 1.5
     x.scatter_(1, cols, top - decay)
     floor = torch.logsumexp(x, dim=1, keepdim=True) - LM_LOGP_FLOOR
     return torch.maximum(x, floor).reshape(rows, *inner)
@@ -167,8 +198,12 @@ def make_inputs(
             t = torch.empty((n, *inner), dtype=dtypes.torch_dtype(case_dtype))
             for k, part in enumerate(parts):  # row r is drawn from parts[r % len(parts)]
                 count = len(range(k, n, len(parts)))
-                g = gen if len(parts) == 1 else _generator(seed, part, spec.name, salt, str(k))
-                t[k :: len(parts)] = draw_float(count, inner, part, case_dtype, g)
+                key = (
+                    _key(seed, dist, spec.name, salt)
+                    if len(parts) == 1
+                    else _key(seed, part, spec.name, salt, str(k))
+                )
+                t[k :: len(parts)] = draw_float(count, inner, part, case_dtype, key)
         out[spec.name] = t.reshape(*lead, *inner) if row_wise else t.reshape(inner)
     parts = parts_of(dist)
     for k, part in enumerate(parts):

@@ -17,7 +17,10 @@ import torch
 from kernelcheck import dtypes, gold
 from kernelcheck.cases.grid import Case, lead_shape
 from kernelcheck.cases.inputs import make_inputs, make_upstream
+from kernelcheck.cases.shared import SharedTrials, trial_key
+from kernelcheck.checks.metrics import integrity_problems
 from kernelcheck.spec.model import OpSpec, Tolerance
+from kernelcheck.timing import PhaseClock
 
 
 class CandidateFault(Exception):
@@ -59,6 +62,9 @@ class CaseContext:
     grad_reason: str = ""
     # told (check, probe) before each step, so a crash or a hang is pinned to that step
     progress: Callable[[str | None, str], None] = no_progress
+    clock: PhaseClock = field(default_factory=PhaseClock)
+    gold_backward_fn: Callable | None = None  # the op's analytic gold gradient, if it has one
+    shared: SharedTrials = field(default_factory=SharedTrials)  # trials of every candidate
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -72,7 +78,10 @@ class CaseContext:
         return self.op.tolerance(judgment, self.case.dtype)
 
     def draw(self, seed: int, dist: str, lead: tuple[int, ...] | None = None, salt: str = ""):
-        return make_inputs(self.op, self.sizes, self.case.dtype, seed, dist, lead=lead, salt=salt)
+        with self.clock.phase("inputs"):
+            return make_inputs(
+                self.op, self.sizes, self.case.dtype, seed, dist, lead=lead, salt=salt
+            )
 
     def to_device(self, cpu_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Fresh device copies, so a candidate that writes its inputs spoils nothing else."""
@@ -81,7 +90,7 @@ class CaseContext:
     def call(self, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """Call the candidate as the gold is called: ``fn(**inputs)``; outputs as a list."""
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self.clock.phase("candidate"):
                 out = self.fn(**inputs)
         except Exception as exc:
             raise _fault(exc, "candidate raised") from None
@@ -95,7 +104,7 @@ class CaseContext:
         for name in self.op.grad_inputs:
             args[name] = args[name].detach().requires_grad_(True)
         try:
-            with torch.enable_grad():
+            with torch.enable_grad(), self.clock.phase("candidate"):
                 outs = self.outputs_list(self.fn(**args))
                 for i, (o, u) in enumerate(zip(outs, upstream)):
                     if tuple(o.shape) != tuple(u.shape):
@@ -153,6 +162,10 @@ class CaseContext:
         return (*lead, *inner)
 
     def upstream(self, seed: int, lead: tuple[int, ...] | None = None, salt: str = ""):
+        with self.clock.phase("inputs"):
+            return self._upstream(seed, lead, salt)
+
+    def _upstream(self, seed: int, lead: tuple[int, ...] | None, salt: str):
         return [
             make_upstream(self.expected_shape(i, lead), self.expected_dtype(i), seed, salt + str(i))
             for i in range(len(self.op.outputs))
@@ -169,10 +182,24 @@ class Trial:
         self.ctx = ctx
         self.seed = seed
         self.distribution = distribution
+        self.watch = False  # integrity observes this trial: its calls check their inputs
+
+    @cached_property
+    def key(self) -> str:
+        c = self.ctx.case
+        return trial_key(c.op, self.ctx.op.version, c.dtype, c.shape, self.seed, self.distribution)
+
+    def _shared(self, part: str, make):
+        """A part of the trial another candidate computed, or compute and share it."""
+        found = self.ctx.shared.get(self.key, part)
+        if found is None:
+            found = make()
+            self.ctx.shared.put(self.key, part, found)
+        return found
 
     @cached_property
     def cpu_inputs(self) -> dict[str, torch.Tensor]:
-        return self.ctx.draw(self.seed, self.distribution)
+        return self._shared("inputs", lambda: self.ctx.draw(self.seed, self.distribution))
 
     def _cached(self, name: str, make):
         # A candidate fault is cached too: every check that needs the call reports it.
@@ -190,25 +217,53 @@ class Trial:
     @property
     def outputs(self) -> list[torch.Tensor]:
         def run():
-            outs = self.ctx.call(self.ctx.to_device(self.cpu_inputs))
+            dev = self.ctx.to_device(self.cpu_inputs)
+            outs = self.ctx.call(dev)
+            self._watch("forward", dev, outs)
             return [o.detach().cpu() for o in outs]
 
         return self._cached("outputs", run)
 
+    def _watch(self, phase: str, dev: dict, results: list) -> None:
+        """Integrity findings of this very call (no extra call of the candidate)."""
+        if self.watch:
+            found = integrity_problems(self.cpu_inputs, dev, results, phase)
+            self.__dict__.setdefault("_findings", {})[phase] = found
+
+    @property
+    def findings(self) -> dict[str, list[str]]:
+        """Integrity problems seen in this trial's calls, per phase (watched calls only)."""
+        return self.__dict__.get("_findings", {})
+
     @property
     def gold(self) -> list[torch.Tensor]:
-        return self._cached(
-            "gold",
-            lambda: gold.forward(self.ctx.op, self.ctx.gold_fn, self.cpu_inputs, self.ctx.lead),
-        )
+        def run():
+            inputs = self.cpu_inputs
+            with self.ctx.clock.phase("gold"):
+                return gold.forward(
+                    self.ctx.op,
+                    self.ctx.gold_fn,
+                    inputs,
+                    self.ctx.lead,
+                    device=gold.gold_device(self.ctx.case.device),
+                )
+
+        return self._cached("gold", lambda: self._shared("gold", run))
 
     @property
     def reference(self) -> list[torch.Tensor]:
         def run():
-            with torch.no_grad():
-                return self.ctx.outputs_list(self.ctx.reference_fn(**self.cpu_inputs))
+            inputs = self.cpu_inputs
+            with torch.no_grad(), self.ctx.clock.phase("gold"):
+                # row-wise like the gold, so evaluated in the same bounded row chunks
+                fn = self.ctx.reference_fn
 
-        return self._cached("reference", run)
+                def reference(**args):
+                    return self.ctx.outputs_list(fn(**args))
+
+                return gold.forward(self.ctx.op, reference, inputs, self.ctx.lead, upcast=False)
+
+        return self._cached("reference", lambda: self._shared("reference", run))
 
     @cached_property
     def upstream(self) -> list[torch.Tensor]:
@@ -217,21 +272,37 @@ class Trial:
     @property
     def grads(self) -> dict[str, torch.Tensor]:
         def run():
-            _, grads = self.ctx.call_backward(self.ctx.to_device(self.cpu_inputs), self.upstream)
+            dev = self.ctx.to_device(self.cpu_inputs)
+            outs, grads = self.ctx.call_backward(dev, self.upstream)
+            self._watch("backward", dev, list(outs) + list(grads.values()))
             return {k: v.cpu() for k, v in grads.items()}
 
         return self._cached("grads", run)
 
     def release(self) -> None:
         """Drop the cached tensors (keeps seed and distribution for reporting)."""
-        for key in [k for k in self.__dict__ if k not in ("ctx", "seed", "distribution")]:
+        keep = ("ctx", "seed", "distribution", "watch", "key")
+        for key in [k for k in self.__dict__ if k not in keep]:
             del self.__dict__[key]
 
     def gold_grad_chunks(self):
-        ups = [u.to(torch.float64) for u in self.upstream]
-        return gold.backward_chunks(
-            self.ctx.op, self.ctx.gold_fn, self.cpu_inputs, ups, self.ctx.lead
+        """The float64 gold gradient, chunk by chunk (timed as ``gold``)."""
+        inputs, ups = self.cpu_inputs, self.upstream
+        chunks = gold.backward_chunks(
+            self.ctx.op,
+            self.ctx.gold_fn,
+            inputs,
+            ups,
+            self.ctx.lead,
+            self.ctx.gold_backward_fn,
+            device=gold.gold_device(self.ctx.case.device),
         )
+        while True:
+            with self.ctx.clock.phase("gold"):
+                item = next(chunks, None)
+            if item is None:
+                return
+            yield item
 
 
 class Check:

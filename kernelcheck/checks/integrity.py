@@ -9,27 +9,9 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 from kernelcheck.checks.base import CandidateFault, Check, Outcome, Trial, flat_rows
 from kernelcheck.checks.contract import plant_out_of_range
-from kernelcheck.checks.metrics import bits
-
-
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    start = t.untyped_storage().data_ptr()
-    return start, start + t.untyped_storage().nbytes()
-
-
-def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if (
-        a.device != b.device
-        or a.untyped_storage().nbytes() == 0
-        or b.untyped_storage().nbytes() == 0
-    ):
-        return False
-    (a0, a1), (b0, b1) = _span(a), _span(b)
-    return a0 < b1 and b0 < a1
+from kernelcheck.checks.metrics import integrity_problems
 
 
 class Integrity(Check):
@@ -45,14 +27,26 @@ class Integrity(Check):
 
     def observe(self, trial: Trial) -> None:
         self.trial = self.trial or trial
+        # the trial's own calls (shared with the accuracy checks) were watched
         self.progress("forward and backward on the trial")
-        self._forward_backward(trial, trial.cpu_inputs, trial.upstream, "")
+        try:
+            _ = trial.outputs
+            self.problems += trial.findings.get("forward", [])
+        except CandidateFault as exc:
+            self.faults.append(f"forward: {exc}")
+        if self.ctx.grad:
+            try:
+                _ = trial.grads
+                self.problems += trial.findings.get("backward", [])
+            except CandidateFault as exc:
+                # a candidate that writes its inputs may well break autograd too
+                self.faults.append(f"backward: {exc}")
         if self.ctx.op.out_of_range is not None:
             # edge inputs on every shape: out-of-range (ignore-index) rows, whatever the draw
             self.progress("out-of-range rows")
             inputs, lead = self._edge_inputs(trial)
             upstream = self.ctx.upstream(trial.seed, lead, salt="edge")
-            self._forward_backward(trial, inputs, upstream, " with out-of-range rows")
+            self._forward_backward(inputs, upstream, " with out-of-range rows")
 
     def _edge_inputs(self, trial: Trial) -> tuple[dict, tuple[int, ...]]:
         op, nlead = self.ctx.op, len(self.ctx.lead)
@@ -68,7 +62,7 @@ class Integrity(Check):
         plant_out_of_range(self.ctx, inputs)
         return inputs, (n,)
 
-    def _forward_backward(self, trial: Trial, inputs: dict, upstream: list, label: str) -> None:
+    def _forward_backward(self, inputs: dict, upstream: list, label: str) -> None:
         # each phase on its own: a fault in one never hides what the other shows
         dev = self.ctx.to_device(inputs)
         try:
@@ -87,17 +81,7 @@ class Integrity(Check):
         self._inspect(inputs, dev, list(outs) + list(grads.values()), "backward" + label)
 
     def _inspect(self, inputs: dict, dev: dict, outs: list, phase: str) -> None:
-        for name, before in inputs.items():
-            after = dev[name].detach().cpu()
-            if after.shape != before.shape or not bool((bits(after) == bits(before)).all()):
-                changed = (
-                    int((bits(after) != bits(before)).sum()) if after.shape == before.shape else -1
-                )
-                self.problems.append(f"{phase} changed input {name!r} ({changed} elements)")
-        for i, o in enumerate(outs):
-            for name, t in dev.items():
-                if overlaps(o, t):
-                    self.problems.append(f"{phase} result {i} aliases input {name!r}")
+        self.problems += integrity_problems(inputs, dev, outs, phase)
 
     def outcome(self) -> Outcome:
         t = self.trial

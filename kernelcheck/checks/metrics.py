@@ -6,6 +6,7 @@ bit patterns of the integer view: +0.0 and -0.0 differ, and so do two NaN payloa
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +54,23 @@ def ulp_distance(candidate: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
     return (ordered_int(candidate) - ordered_int(gold.to(torch.float32))).abs()
 
 
+def max_ulp_distance(candidate: torch.Tensor, gold: torch.Tensor) -> int:
+    """``ulp_distance(candidate, gold).max()``, exactly, in int32 passes.
+
+    Where the signs agree the distance is the difference of the int32 views (no
+    overflow); the rare elements of opposite sign (or -0.0 against +0.0) take the int64
+    path of :func:`ulp_distance`.
+    """
+    ci = candidate.to(torch.float32).contiguous().view(torch.int32)
+    gi = gold.to(torch.float32).contiguous().view(torch.int32)
+    dist = (ci - gi).abs_()
+    mixed = (ci ^ gi) < 0
+    if not bool(mixed.any()):
+        return int(dist.max())
+    exact = int(ulp_distance(candidate[mixed], gold[mixed]).max())
+    return max(exact, int(dist.masked_fill_(mixed, 0).max()))
+
+
 def fp32_ulp(value: float) -> float:
     """The spacing of fp32 numbers at ``|value|``."""
     a = torch.tensor(abs(value), dtype=torch.float32)
@@ -90,48 +108,73 @@ class ErrorStats:
     first_nonfinite: tuple | None = None
 
     def update(self, cand: torch.Tensor, gold: torch.Tensor, row_offset: int = 0) -> None:
-        """``cand`` and ``gold`` shaped ``[rows, ...]``; ``row_offset`` locates the chunk."""
-        c = cand.detach().to("cpu", torch.float64)
-        g = gold.detach().to("cpu", torch.float64)
+        """``cand`` and ``gold`` shaped ``[rows, ...]``; ``row_offset`` locates the chunk.
+
+        Runs where the gold is (the device the gold ran on). One pass makes the float64
+        error without a float64 copy of the candidate; when its max is finite (every
+        element finite, the common case) a few more passes give the statistics, and
+        the out-of-bound elements are only looked for when the max says there are some.
+        """
+        g = gold.detach()
+        c = cand.detach().to(g.device)
         self.n += g.numel()
         if g.numel() == 0:
             return
-        g_fin, c_fin = torch.isfinite(g), torch.isfinite(c)
-        all_finite = bool(g_fin.all()) and bool(c_fin.all())
-        err = c.sub(g).abs_()  # in place: gradients at the Qwen3 vocab are large
+        err = torch.sub(c, g) if g.dtype == torch.float64 else c.double() - g.double()
+        err.abs_()
+        top = float(err.max())
+        if not math.isfinite(top):
+            self._update_nonfinite(c, g, err, row_offset)
+            return
         g_abs = g.abs()
-        if all_finite:  # the common case, without masks
-            both = None
-            bound = g_abs.mul(self.rtol).add_(self.atol) if self.rtol else self.atol
-            bad = err > bound
-            finite_err, finite_g = err, g_abs
+        if self.rtol:
+            bad = err > g_abs.mul(self.rtol).add_(self.atol)
+            n_bad = int(bad.sum())
         else:
-            both = g_fin & c_fin
-            err.masked_fill_(~both, 0.0)
-            bad = both & (err > self.atol + self.rtol * g_abs)
-            nonfinite = g_fin & ~c_fin
-            bad |= nonfinite | (~g_fin & (c != g))
-            self.n_nonfinite += int(nonfinite.sum())
-            if self.first_nonfinite is None and nonfinite.any():
-                idx = unravel(int(nonfinite.reshape(-1).nonzero()[0]), tuple(g.shape))
-                self.first_nonfinite = (idx[0] + row_offset, *idx[1:])
-            finite_err, finite_g = err[both], g_abs[both]
+            n_bad = int((err > self.atol).sum()) if top > self.atol else 0
+            bad = (err > self.atol) if n_bad else None
+        self.n_bad += n_bad
+        self.max_abs = max(self.max_abs, top)
+        self.sum_abs += float(err.sum())
+        self.gold_absmax = max(self.gold_absmax, float(g_abs.max()))
+        if c.dtype == torch.float32:
+            self.max_ulp = max(self.max_ulp, max_ulp_distance(c, g))
+        if self.first_bad is None and n_bad:
+            self._first_bad(bad, c, g, row_offset)
+        self.max_rel = max(self.max_rel, float(err.div_(g_abs.clamp_min_(1e-12)).max()))
+
+    def _first_bad(self, bad, c, g, row_offset: int) -> None:
+        flat = int(bad.reshape(-1).nonzero()[0])
+        idx = unravel(flat, tuple(g.shape))
+        self.first_bad = (idx[0] + row_offset, *idx[1:])
+        self.first_bad_values = (float(c.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
+
+    def _update_nonfinite(self, c, g, err, row_offset: int) -> None:
+        """Some element is NaN/Inf: masks keep the finite error apart from the rest."""
+        g_fin, c_fin = torch.isfinite(g), torch.isfinite(c)
+        both = g_fin & c_fin
+        err.masked_fill_(~both, 0.0)
+        g_abs = g.abs()
+        bad = both & (err > self.atol + self.rtol * g_abs)
+        nonfinite = g_fin & ~c_fin
+        bad |= nonfinite | (~g_fin & (c != g))
+        self.n_nonfinite += int(nonfinite.sum())
+        if self.first_nonfinite is None and nonfinite.any():
+            idx = unravel(int(nonfinite.reshape(-1).nonzero()[0]), tuple(g.shape))
+            self.first_nonfinite = (idx[0] + row_offset, *idx[1:])
+        finite_err, finite_g = err[both], g_abs[both]
         self.n_bad += int(bad.sum())
         if finite_err.numel():
             self.max_abs = max(self.max_abs, float(finite_err.max()))
             self.sum_abs += float(finite_err.sum())
             self.max_rel = max(self.max_rel, float((finite_err / finite_g.clamp_min(1e-12)).max()))
             self.gold_absmax = max(self.gold_absmax, float(finite_g.max()))
-            if cand.dtype == torch.float32:
-                ulps = ulp_distance(cand.detach().cpu(), g)
-                if both is not None:
-                    ulps.masked_fill_(~both, 0)
+            if c.dtype == torch.float32:
+                ulps = ulp_distance(c, g)
+                ulps.masked_fill_(~both, 0)
                 self.max_ulp = max(self.max_ulp, int(ulps.max()))
         if self.first_bad is None and bad.any():
-            flat = int(bad.reshape(-1).nonzero()[0])
-            idx = unravel(flat, tuple(g.shape))
-            self.first_bad = (idx[0] + row_offset, *idx[1:])
-            self.first_bad_values = (float(c.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
+            self._first_bad(bad, c, g, row_offset)
 
     @property
     def mean_abs(self) -> float:
@@ -163,3 +206,38 @@ def merge_stats(total: ErrorStats, part: ErrorStats) -> None:
         total.first_bad, total.first_bad_values = part.first_bad, part.first_bad_values
     if total.first_nonfinite is None:
         total.first_nonfinite = part.first_nonfinite
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    start = t.untyped_storage().data_ptr()
+    return start, start + t.untyped_storage().nbytes()
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when two tensors share any byte of storage."""
+    if (
+        a.device != b.device
+        or a.untyped_storage().nbytes() == 0
+        or b.untyped_storage().nbytes() == 0
+    ):
+        return False
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
+
+
+def integrity_problems(before: dict, after: dict, results: list, phase: str) -> list[str]:
+    """What a call did to its inputs: ``before`` (pristine CPU copies) against ``after``
+    (the tensors the candidate got), and results aliasing an input."""
+    problems = []
+    for name, pristine in before.items():
+        now = after[name].detach().cpu()
+        if now.shape != pristine.shape or not bool((bits(now) == bits(pristine)).all()):
+            changed = (
+                int((bits(now) != bits(pristine)).sum()) if now.shape == pristine.shape else -1
+            )
+            problems.append(f"{phase} changed input {name!r} ({changed} elements)")
+    for i, o in enumerate(results):
+        for name, t in after.items():
+            if overlaps(o, t):
+                problems.append(f"{phase} result {i} aliases input {name!r}")
+    return problems

@@ -17,12 +17,14 @@ from kernelcheck import candidates
 from kernelcheck.candidates.devices import torch_device
 from kernelcheck.cases.grid import Case, rows
 from kernelcheck.cases.inputs import MIX
+from kernelcheck.cases.shared import SharedTrials
 from kernelcheck.checks import CHECKS, CandidateFault, CaseContext, Outcome, Trial
 from kernelcheck.checks.base import no_progress
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.imports import ImportPathError, resolve
 from kernelcheck.spec.model import OpSpec
+from kernelcheck.timing import PhaseClock
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,8 @@ class RunOptions:
     check_grad: bool = True
     user_specs: tuple[Path, ...] = ()
     check_params: dict = field(default_factory=dict)
+    shared_dir: str | None = None  # where trials are shared by every candidate (None: not)
+    shared_budget: int = 0
 
 
 def make_result(
@@ -84,9 +88,15 @@ def trial_distributions(op: OpSpec, case: Case) -> list[str]:
 
 
 def run_case(
-    op: OpSpec, case: Case, options: RunOptions, progress=no_progress
+    op: OpSpec,
+    case: Case,
+    options: RunOptions,
+    progress=no_progress,
+    clock: PhaseClock | None = None,
 ) -> Iterator[CheckResult]:
-    """Yield one result per check of ``case``; ``progress(check, probe)`` hears each step."""
+    """Yield one result per check of ``case``; ``progress(check, probe)`` hears each step,
+    ``clock`` collects the phase times."""
+    clock = clock or PhaseClock()
     cand = op.candidates[case.candidate]
     implementation, fn = "", None
 
@@ -100,6 +110,7 @@ def run_case(
         loaded = candidates.load(cand)
         gold_fn = resolve(op.gold, op.base_dir)
         reference_fn = resolve(op.reference, op.base_dir) if op.reference else None
+        gold_backward_fn = resolve(op.gold_backward, op.base_dir) if op.gold_backward else None
     except ImportPathError as exc:
         for name in case.checks:
             yield result(name, Outcome("error", f"cannot load: {exc}"))
@@ -124,6 +135,9 @@ def run_case(
         grad=grad,
         grad_reason=grad_reason,
         progress=progress,
+        clock=clock,
+        gold_backward_fn=gold_backward_fn,
+        shared=SharedTrials(options.shared_dir, options.shared_budget),
     )
     active: dict[str, object] = {}
     for name in case.checks:
@@ -138,6 +152,8 @@ def run_case(
 
     trials = [Trial(ctx, s, d) for d in trial_distributions(op, case) for s in case.seeds]
     wanted = {name: set(map(id, c.trials_wanted(trials))) for name, c in active.items()}
+    for trial in trials:  # integrity reads the inputs after the trial's own calls
+        trial.watch = id(trial) in wanted.get("integrity", ())
     spent = dict.fromkeys(active, 0.0)
     broken: dict[str, Outcome] = {}
     for trial in trials:
@@ -147,7 +163,8 @@ def run_case(
             t0 = time.perf_counter()
             progress(name, f"seed {trial.seed}")
             try:
-                check.observe(trial)
+                with clock.phase("checks"):
+                    check.observe(trial)
             except CandidateFault as exc:
                 broken[name] = Outcome(
                     "error",
@@ -169,7 +186,8 @@ def run_case(
             yield result(name, broken[name], spent[name])
             continue
         try:
-            outcome = check.outcome()
+            with clock.phase("checks"):
+                outcome = check.outcome()
         except Exception as exc:
             outcome = Outcome(
                 "error", f"internal error in check {name}: {type(exc).__name__}: {exc}"

@@ -25,6 +25,7 @@ from kernelcheck.results import CheckResult
 from kernelcheck.runner.case import RunOptions, make_result, run_case
 from kernelcheck.runner.worker import Channel
 from kernelcheck.spec.model import OpSpec
+from kernelcheck.timing import PHASES, PhaseClock, add_phases
 
 _POLL_S = 0.1
 _STARTUP_S = 120.0
@@ -74,9 +75,10 @@ class _Progress:
 
 
 def attempt_in_process(
-    op: OpSpec, case: Case, options: RunOptions, timeout_s: float | None
+    op: OpSpec, case: Case, options: RunOptions, timeout_s: float | None, phases: dict
 ) -> Generator[CheckResult, None, Fault | None]:
     """Run the case here; a timeout (main thread only) interrupts it and is returned."""
+    clock = PhaseClock()
     use_alarm = bool(timeout_s) and threading.current_thread() is threading.main_thread()
     previous = None
     at = _Progress()
@@ -87,7 +89,7 @@ def attempt_in_process(
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
-    gen = run_case(op, case, options, at)
+    gen = run_case(op, case, options, at, clock)
     try:
         yield from gen
     except CaseTimeout:
@@ -98,6 +100,7 @@ def attempt_in_process(
         if use_alarm:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+        add_phases(phases, clock.totals)
     return None
 
 
@@ -158,7 +161,7 @@ class IsolatedWorker:
         self.proc, self.channel = None, None
 
     def attempt(
-        self, op: OpSpec, case: Case, options: RunOptions, timeout_s: float | None
+        self, op: OpSpec, case: Case, options: RunOptions, timeout_s: float | None, phases: dict
     ) -> Generator[CheckResult, None, Fault | None]:
         """Run the case in the worker; a crash or timeout kills it and is returned."""
         if not self.alive():
@@ -184,6 +187,9 @@ class IsolatedWorker:
                 kind = "died"
             if kind == "progress":
                 at(*payload)
+                continue
+            if kind == "phases":
+                add_phases(phases, payload)
                 continue
             if kind == "result":
                 yield CheckResult.from_dict(payload)
@@ -248,6 +254,7 @@ class Executor:
         self.isolate = isolate
         self.timeout_s = timeout_s
         self.workers: dict[str, IsolatedWorker] = {}
+        self.phase_seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
 
     def run(self, op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResult]:
         timeout = self.timeout_s if self.timeout_s is not None else case_timeout(op, case)
@@ -260,7 +267,9 @@ class Executor:
         faults = 0
         while pending:
             sub = replace(case, checks=tuple(pending))
-            fault = yield from _pass_on(attempt(op, sub, options, timeout), pending)
+            fault = yield from _pass_on(
+                attempt(op, sub, options, timeout, self.phase_seconds), pending
+            )
             if fault is None:
                 break
             if fault.check not in pending:  # outside any check: every check left shares it

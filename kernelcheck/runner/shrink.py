@@ -343,6 +343,8 @@ def shrink_failures(
             )
     finally:
         executor.close()
+        phases = report.extra.setdefault("phase_seconds", {})
+        phases["shrink"] = round(phases.get("shrink", 0.0) + time.perf_counter() - t0, 3)
     report.extra["shrunk"] = {f"{k[0]} {k[1]}": o.to_dict() for k, o in out.items()}
     return out
 

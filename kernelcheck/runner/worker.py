@@ -61,6 +61,7 @@ def main() -> None:
     import torch  # noqa: F401 - imported before "ready": start-up is not case time
 
     from kernelcheck.runner.case import run_case
+    from kernelcheck.timing import PhaseClock
 
     channel.send(("ready", None))
     while True:
@@ -75,11 +76,13 @@ def main() -> None:
         def progress(check, probe):
             channel.send(("progress", (check, probe)))
 
+        clock = PhaseClock()
         try:
-            for res in run_case(op, case, options, progress):
+            for res in run_case(op, case, options, progress, clock):
                 channel.send(("result", res.to_dict()))
         except BaseException as exc:  # noqa: BLE001 - reported to the parent
             channel.send(("fatal", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"))
+        channel.send(("phases", clock.totals))
         channel.send(("done", None))
 
 

@@ -37,6 +37,7 @@ _OP_KEYS = {
     "version",
     "description",
     "gold",
+    "gold_backward",
     "reference",
     "timeout_s",
     "dims",
@@ -156,6 +157,7 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
     name = _get(raw, "op", str, path, "")
     gold = _import_path(raw, "gold", path, "")
     reference = _import_path(raw, "reference", path, "") if "reference" in raw else None
+    gold_backward = _import_path(raw, "gold_backward", path, "") if "gold_backward" in raw else None
     dims = _parse_dims(_get(raw, "dims", dict, path, ""), path)
     lead = tuple(_str_list(raw, "lead", path, ""))
     for d in lead:
@@ -192,6 +194,7 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         description=_get(raw, "description", str, path, "", default=""),
         gold=gold,
         reference=reference,
+        gold_backward=gold_backward,
         dims=dims,
         lead=lead,
         inputs=inputs,

@@ -111,6 +111,9 @@ class OpSpec:
     checks: dict[str, CheckConfig]
     candidates: dict[str, CandidateSpec]
     timeout_s: float = 600.0
+    # optional analytic float64 gradient, fn(upstream, **inputs) -> {input: grad};
+    # without it the gold gradient is autograd of the gold
+    gold_backward: str | None = None
 
     @property
     def base_dir(self) -> Path:

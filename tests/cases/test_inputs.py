@@ -100,3 +100,33 @@ def test_bad_shard(bad):
 
 def test_case_id_is_readable():
     assert _case(1).id == "torch-fp32-2x7" and math.prod([2, 7]) == 14
+
+
+def test_generator_output_is_pinned(catalog):
+    """Reports and repros name (seed, distribution): the values behind them must never
+    change silently. A deliberate change of the generator updates these bits."""
+    op = catalog.op("logp")
+    x = make_inputs(op, {"batch": 2, "vocab": 6}, "fp32", 0, "normal")
+    assert x["logits"].view(torch.int32).tolist() == [
+        [1062607581, -1075465147, 1065212457, -1072473591, -1085105079, -1098035586],
+        [-1102794256, -1078773278, 1066833967, -1096637467, -1098879768, 1067073216],
+    ]
+    assert x["target"].tolist() == [-100, 0]
+    y = make_inputs(op, {"batch": 2, "vocab": 6}, "bf16", 7, "lm")
+    assert y["logits"].view(torch.int16).tolist() == [
+        [16364, 16587, -16161, -16369, 16047, 16539],
+        [16434, 16521, 16617, 16652, -16349, 16556],
+    ]
+
+
+def test_draw_does_not_depend_on_the_thread_count(catalog, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernelcheck.cases import inputs
+
+    op = catalog.op("logp")
+    sizes = {"batch": 40, "vocab": 100_000}  # 4 chunks per input
+    many = make_inputs(op, sizes, "bf16", 3, "normal+lm")
+    monkeypatch.setattr(inputs, "_POOL", ThreadPoolExecutor(1))
+    one = make_inputs(op, sizes, "bf16", 3, "normal+lm")
+    assert torch.equal(many["logits"].view(torch.int16), one["logits"].view(torch.int16))

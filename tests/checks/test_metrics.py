@@ -51,3 +51,18 @@ def test_error_stats_row_offset_locates_chunks():
     st.update(torch.zeros(2, 2), torch.zeros(2, 2, dtype=torch.float64), row_offset=10)
     st.update(torch.tensor([[0.0, 1.0]]), torch.zeros(1, 2, dtype=torch.float64), row_offset=12)
     assert st.first_bad == (12, 1)
+
+
+def test_max_ulp_distance_equals_the_int64_definition():
+    from kernelcheck.checks.metrics import max_ulp_distance, ulp_distance
+
+    torch.manual_seed(0)
+    g = torch.randn(1000, dtype=torch.float64) * 10
+    for c in (
+        g.float(),
+        (g + 1e-6 * torch.randn(1000, dtype=torch.float64)).float(),
+        -g.float(),  # opposite signs everywhere
+        torch.where(g > 0, g, -0.0 * g).float(),  # -0.0 against small negative golds
+    ):
+        assert max_ulp_distance(c, g) == int(ulp_distance(c, g).max())
+    assert max_ulp_distance(torch.tensor([-0.0]), torch.tensor([0.0], dtype=torch.float64)) == 0

@@ -1,0 +1,113 @@
+"""Stage 2c: trials computed once and shared by every candidate of a run.
+
+A trial's inputs, its float64 gold and its fp32 reference depend only on (op, dtype,
+shape, seed, distribution), not on the candidate. The first candidate to need them
+computes them and stores them as files in a shared-memory folder (``/dev/shm``) that
+the run owns; the next candidates, each in its own isolated worker, map those files
+(``torch.load(mmap=True)``: no copy, no pickle through a pipe) instead of drawing and
+computing again. The run deals its cases so that the candidates of one (dtype, shape)
+come one after another, and forgets a group's files when it moves to the next, so the
+folder holds one group's trials at a time, within ``budget_bytes``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+DEFAULT_BUDGET = 12 * 2**30  # at most this much of shared memory, and at most half its room
+
+
+def make_run_folder() -> Path | None:
+    """A private folder in ``/dev/shm`` for this run's shared trials (None: no sharing)."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or not os.access(shm, os.W_OK):
+        return None
+    _remove_orphans(shm)
+    return Path(tempfile.mkdtemp(prefix=f"kernelcheck-{os.getpid()}-", dir=shm))
+
+
+def _remove_orphans(shm: Path) -> None:
+    """Folders of runs that died without cleaning up (a second Ctrl-C exits at once)."""
+    for folder in shm.glob("kernelcheck-*-*"):
+        try:
+            pid = int(folder.name.split("-")[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except (ValueError, PermissionError, OSError):
+            continue
+
+
+def budget_for(folder: Path) -> int:
+    free = shutil.disk_usage(folder).free
+    return min(DEFAULT_BUDGET, free // 2)
+
+
+def trial_key(op: str, version: str, dtype: str, shape: tuple, seed: int, dist: str) -> str:
+    text = f"{op}-v{version}-{dtype}-{'x'.join(str(v) for _, v in shape)}-s{seed}-{dist}"
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)
+
+
+class SharedTrials:
+    """Get or put one part ("inputs", "gold", "reference") of a trial by key."""
+
+    def __init__(self, folder: str | Path | None, budget_bytes: int = DEFAULT_BUDGET):
+        self.folder = Path(folder) if folder else None
+        self.budget = budget_bytes
+
+    def _path(self, key: str, part: str) -> Path:
+        return self.folder / f"{key}.{part}.pt"
+
+    def get(self, key: str, part: str):
+        if self.folder is None:
+            return None
+        path = self._path(key, part)
+        if not path.is_file():
+            return None
+        try:
+            return torch.load(path, mmap=True, weights_only=True)
+        except Exception:  # a torn or foreign file: compute it again
+            return None
+
+    def put(self, key: str, part: str, value) -> None:
+        if self.folder is None or not self.folder.is_dir():
+            return
+        size = _nbytes(value)
+        used = sum(p.stat().st_size for p in self.folder.glob("*.pt"))
+        if used + size > self.budget:
+            return
+        path = self._path(key, part)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        try:
+            torch.save(value, tmp)
+            tmp.replace(path)  # atomic: a reader sees the whole file or none
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+
+def forget(folder: Path | None) -> None:
+    """Drop every stored trial (a new (dtype, shape) group starts)."""
+    if folder is not None and folder.is_dir():
+        for path in folder.iterdir():
+            path.unlink(missing_ok=True)
+
+
+def remove(folder: Path | None) -> None:
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _nbytes(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return 0

@@ -1,0 +1,74 @@
+"""Trials are computed once and shared by every candidate of a run (kernelcheck/cases/shared.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelcheck import api
+from kernelcheck.spec import load_catalog
+from tests.conftest import SPECS
+
+
+@pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "in-process"])
+def test_two_candidates_share_one_gold_computation(tmp_path, monkeypatch, isolate):
+    count = tmp_path / "gold_calls.txt"
+    monkeypatch.setenv("KC_GOLD_COUNT_FILE", str(count))
+    catalog = load_catalog([SPECS / "counted.toml"])
+    report = api.run(
+        catalog,
+        "counted",
+        device="cpu",
+        check_names=["forward_accuracy", "forward_precision"],
+        isolate=isolate,
+    )
+    assert {r.candidate for r in report.results} == {"first", "second"}
+    assert {r.status for r in report.results} == {"pass"}
+    calls = count.read_text().splitlines()
+    # 2 seeds x 1 mixed trial (normal+lm), one chunk each: two gold calls for both candidates
+    assert len(calls) == 2, calls
+
+
+def test_shared_trial_parts_round_trip_and_respect_the_budget(tmp_path):
+    import torch
+
+    from kernelcheck.cases.shared import SharedTrials
+
+    store = SharedTrials(tmp_path, budget_bytes=1000)
+    small = {"x": torch.arange(10, dtype=torch.float32)}
+    store.put("k", "inputs", small)
+    got = store.get("k", "inputs")
+    assert torch.equal(got["x"], small["x"])
+    store.put("k2", "inputs", {"x": torch.zeros(1000)})  # 4000 bytes: over the budget
+    assert store.get("k2", "inputs") is None
+    assert SharedTrials(None).get("k", "inputs") is None
+
+
+def test_without_a_shared_folder_each_candidate_computes_its_own_gold(tmp_path, monkeypatch):
+    """The negative control of the count above: the sharing is what saves the calls."""
+    from kernelcheck.cases import shared
+
+    count = tmp_path / "gold_calls.txt"
+    monkeypatch.setenv("KC_GOLD_COUNT_FILE", str(count))
+    monkeypatch.setattr(shared, "make_run_folder", lambda: None)
+    catalog = load_catalog([SPECS / "counted.toml"])
+    api.run(catalog, "counted", device="cpu", check_names=["forward_accuracy"], isolate=False)
+    assert len(count.read_text().splitlines()) == 4
+
+
+def test_a_dead_runs_folder_is_removed_by_the_next_run(tmp_path):
+    import subprocess
+    import sys
+
+    from kernelcheck.cases import shared
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    orphan = shared.Path("/dev/shm") / f"kernelcheck-{dead}-test"
+    if not shared.Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm here")
+    orphan.mkdir()
+    mine = shared.make_run_folder()
+    try:
+        assert not orphan.exists() and mine is not None and mine.is_dir()
+    finally:
+        shared.remove(mine)
