@@ -22,7 +22,7 @@ from kernelcheck.results import CheckResult, Report, environment
 from kernelcheck.runner.case import RunOptions
 from kernelcheck.runner.execute import Executor
 from kernelcheck.spec.imports import ImportPathError, resolve
-from kernelcheck.spec.load import Catalog, load_catalog, resolve_shape
+from kernelcheck.spec.load import DEVICE_ALIASES, Catalog, load_catalog, resolve_shape
 from kernelcheck.spec.model import OpSpec
 
 
@@ -53,7 +53,11 @@ def resolve_device(name: str) -> str:
     if name == "auto":
         return devices.pick_auto()
     if name not in devices.DEVICES:
-        raise UsageError(f"unknown device {name!r}; valid: auto, {', '.join(devices.DEVICES)}")
+        alias = DEVICE_ALIASES.get(name.lower())
+        hint = f" (did you mean {alias!r}?)" if alias else ""
+        raise UsageError(
+            f"unknown device {name!r}{hint}; valid: auto, {', '.join(devices.DEVICES)}"
+        )
     status = devices.status(name)
     if not status.available:
         raise UsageError(f"device {name} is not available here: {status.reason}")
@@ -136,6 +140,14 @@ def plan(
                 ) from None
         if reason is None:
             runnable.append(name)
+        elif wanted and device == "auto":
+            missing = "; ".join(
+                f"{d}: {devices.status(d).reason}" for d in cand.devices if d != dev
+            )
+            raise UsageError(
+                f"candidate {name} needs device {' or '.join(cand.devices)}, but --device auto "
+                f"picked {dev}" + (f" ({missing})" if missing else "")
+            )
         elif wanted:
             raise UsageError(f"candidate {name} cannot run on {dev}: {reason}")
         else:
@@ -170,7 +182,13 @@ def _resolve_gold(spec: OpSpec) -> None:
 
 
 def _shape_error(key: str, msg: str) -> UsageError:
-    return UsageError(f"--{key}: {msg}" if key else msg)
+    """Name the flag the user typed: --batch/--seq/--vocab have their own, any other dim
+    (a misspelled one included) can only have come from --shape."""
+    if key in ("batch", "seq", "vocab"):
+        return UsageError(f"--{key}: {msg}")
+    if not key or key in msg:
+        return UsageError(f"--shape: {msg}")
+    return UsageError(f"--shape: {key}: {msg}")
 
 
 def execute(

@@ -39,6 +39,7 @@ from kernelcheck.errors import (
 
 app = typer.Typer(
     add_completion=False,
+    rich_markup_mode=None,  # click's plain help: readable at 80 columns and in logs
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Verify compute kernels against a float64 gold: accuracy, precision, "
@@ -98,7 +99,7 @@ def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")
 
 @app.command()
 def run(
-    op: Annotated[str, typer.Option("--op", help="Operator to check, e.g. logp.")],
+    op: Annotated[str, typer.Option("--op", help="Operator to check, e.g. logp.", metavar="NAME")],
     spec: SpecOpt = None,
     candidate: CandidateOpt = None,
     device: DeviceOpt = "auto",
@@ -111,48 +112,73 @@ def run(
         bool, typer.Option("--check-grad/--no-check-grad", help="Run the backward checks.")
     ] = True,
     checks: Annotated[
-        Optional[str], typer.Option("--checks", help="Comma-separated check names.")
+        Optional[str], typer.Option("--checks", help="Comma-separated check names.", metavar="LIST")
     ] = None,
     seed: Annotated[
-        Optional[int], typer.Option("--seed", help="Run this one seed instead of the spec's.")
+        Optional[int],
+        typer.Option("--seed", help="Run this one seed instead of the spec's.", metavar="N"),
     ] = None,
     distributions: Annotated[
-        Optional[str], typer.Option("--distributions", help="Comma-separated input distributions.")
+        Optional[str],
+        typer.Option(
+            "--distributions", help="Comma-separated input distributions.", metavar="LIST"
+        ),
     ] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table, plain, markdown or json.")] = "table",
+    fmt: Annotated[
+        str, typer.Option("--format", help="table, plain, markdown or json.", metavar="FORMAT")
+    ] = "table",
     json_out: Annotated[
         Optional[Path],
-        typer.Option("--json-out", help="Write the JSON report here, as results complete."),
+        typer.Option(
+            "--json-out", help="Write the JSON report here, as results complete.", metavar="FILE"
+        ),
     ] = None,
     junit_out: Annotated[
-        Optional[Path], typer.Option("--junit-out", help="Write JUnit XML here.")
+        Optional[Path], typer.Option("--junit-out", help="Write JUnit XML here.", metavar="FILE")
     ] = None,
     shard: Annotated[
-        Optional[str], typer.Option("--shard", help="Run shard K of N (1-based): 2/4.")
+        Optional[str],
+        typer.Option("--shard", help="Run shard K of N (1-based): 2/4.", metavar="K/N"),
     ] = None,
     isolate: Annotated[
         Optional[bool],
         typer.Option(
             "--isolate/--no-isolate",
-            help="Run each candidate in a child process (default: native candidates only).",
+            help="Run each candidate in its own child process (default: isolated).",
         ),
     ] = None,
     timeout: Annotated[
         Optional[float],
-        typer.Option("--timeout", help="Per-case timeout in seconds (default: the spec's)."),
+        typer.Option(
+            "--timeout",
+            help="Per-case timeout in seconds (default: the spec's).",
+            metavar="SECONDS",
+        ),
     ] = None,
     baseline: Annotated[
         Optional[Path],
-        typer.Option("--baseline", help="Diff against this JSON report; exit 1 on a regression."),
+        typer.Option(
+            "--baseline",
+            help="Diff against this JSON report; exit 1 on a regression.",
+            metavar="FILE",
+        ),
     ] = None,
     baseline_factor: Annotated[
-        float, typer.Option("--baseline-factor", help="Metric growth counted as a regression.")
+        float,
+        typer.Option(
+            "--baseline-factor", help="Metric growth counted as a regression.", metavar="F"
+        ),
     ] = 2.0,
     shrink: Annotated[
         bool, typer.Option("--shrink/--no-shrink", help="Shrink failing cases to a minimal repro.")
     ] = True,
     shrink_budget: Annotated[
-        float, typer.Option("--shrink-budget", help="Seconds for shrinking, all failures together.")
+        float,
+        typer.Option(
+            "--shrink-budget",
+            help="Seconds for shrinking, all failures together.",
+            metavar="SECONDS",
+        ),
     ] = 60.0,
 ) -> None:
     """Run the checks of an op's candidates over its dtype x shape grid."""
@@ -275,7 +301,9 @@ def run(
 @app.command("list")
 def list_(
     spec: SpecOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    fmt: Annotated[
+        str, typer.Option("--format", help="table or json.", metavar="FORMAT")
+    ] = "table",
 ) -> None:
     """Ops, candidates (and whether each can run here, and why not) and checks."""
     from kernelcheck import api
@@ -305,7 +333,11 @@ def list_(
 
 
 @app.command()
-def doctor(fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table") -> None:
+def doctor(
+    fmt: Annotated[
+        str, typer.Option("--format", help="table or json.", metavar="FORMAT")
+    ] = "table",
+) -> None:
     """torch, the devices (with the reason one is missing), native libraries, the NPU stack."""
     from kernelcheck import api
 
@@ -323,10 +355,8 @@ def doctor(fmt: Annotated[str, typer.Option("--format", help="table or json.")] 
         )
         console.print(f"device {name}: {state}", highlight=False)
     for name, lib in info["native_libraries"].items():
-        console.print(
-            f"native {name}: {lib['status']} {lib.get('path') or ''} {lib.get('reason') or ''}",
-            highlight=False,
-        )
+        parts = [f"native {name}: {lib['status']}", lib.get("path"), lib.get("reason")]
+        console.print(" ".join(p for p in parts if p), highlight=False)
     npu = info["npu_stack"]
     console.print(
         f"torch_npu: {npu['torch_npu']}; "
@@ -345,6 +375,27 @@ def _register_commands() -> None:
 
 
 _register_commands()
+
+
+_EXPECTED = (("valid integer", "an integer"), ("valid number", "a number"))
+
+
+def _plain_usage(exc) -> str:
+    """click's usage error in kernelcheck's words: ``--seed: expected an integer, got 'abc'``
+    (typer words a bad value in pydantic's terms)."""
+    text = exc.format_message()
+    try:
+        flag = max(exc.param.opts, key=len)
+    except (AttributeError, TypeError, ValueError):
+        return text
+    for phrase, expected in _EXPECTED:
+        if phrase in text:
+            got = ""
+            errors = getattr(exc.__cause__, "errors", None)
+            if callable(errors) and errors():
+                got = f", got {errors()[0].get('input')!r}"
+            return f"{flag}: expected {expected}{got}"
+    return text if text.startswith(flag) else f"{flag}: {text}"
 
 
 def entry(argv: list[str] | None = None) -> None:
@@ -369,7 +420,7 @@ def entry(argv: list[str] | None = None) -> None:
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             if debug:
                 traceback.print_exc()
-            typer.echo(f"kernelcheck: error: {exc.format_message()}", err=True)
+            typer.echo(f"kernelcheck: error: {_plain_usage(exc)}", err=True)
             sys.exit(exc.exit_code or EXIT_USAGE)
         if type(exc).__name__ == "Abort":
             sys.exit(EXIT_SIGINT)

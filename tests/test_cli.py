@@ -106,16 +106,24 @@ BAD_FLAGS = [
     (["--op", "logp", "--device", "cuda"], "device cuda is not available here"),
     (
         ["--op", "logp", "--candidate", "ascend"],
-        "candidate ascend cannot run on cpu: needs device npu",
+        "candidate ascend needs device npu, but --device auto picked cpu (npu: torch_npu",
     ),
     (["--op", "logp", "--checks", "forward_acuracy"], "unknown check 'forward_acuracy'; valid:"),
     (["--op", "logp", "--batch", "0"], "--batch: expected an integer >= 1, got 0"),
     (["--op", "logp", "--vocab", "-5"], "--vocab: expected an integer >= 1, got -5"),
-    (["--op", "logp", "--batch", "x"], "Invalid value for '--batch'"),
+    (["--op", "logp", "--batch", "x"], "--batch: expected an integer, got 'x'"),
+    (["--op", "logp", "--seed", "abc"], "--seed: expected an integer, got 'abc'"),
+    (["--op", "logp", "--timeout", "soon"], "--timeout: expected a number, got 'soon'"),
+    (["--op", "logp", "--shape", "batch=2,vocb=17"], "--shape: unknown dim 'vocb' (did you mean"),
+    (["--op", "logp", "--device", "gpu"], "unknown device 'gpu' (did you mean 'cuda'?)"),
+    (
+        ["--op", "logp", "--candidate", "cuda"],
+        "candidate cuda needs device cuda, but --device auto picked cpu (cuda: ",
+    ),
     (["--op", "logp", "--shard", "3/2"], "--shard: expected 1 <= K <= N, got '3/2'"),
     (
-        ["--op", "logp", "--json-out", "/no/such/dir/r.json"],
-        "--json-out: folder /no/such/dir does not exist",
+        ["--op", "logp", "--json-out", "/dev/null/dir/r.json"],
+        "--json-out: cannot make folder /dev/null/dir",
     ),
     (["--op", "logp", "--json-out", "/proc/r.json"], "--json-out: cannot write in /proc"),
     (["--op", "logp", "--format", "xml"], "unknown format 'xml'"),
@@ -212,3 +220,23 @@ def test_github_step_summary(tmp_path):
     assert p.returncode == 0 and summary.read_text().startswith(
         "### kernelcheck `logp` on cpu: PASSED"
     )
+
+
+def test_json_out_makes_its_folder_and_reports_are_world_readable(tmp_path):
+    out = tmp_path / "out" / "r.json"
+    p = kc("run", "--op", "logp", "--candidate", "torch", *SMALL, "--checks", "contract",
+           "--json-out", str(out), "--junit-out", str(tmp_path / "x" / "r.xml"))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert out.is_file() and (out.stat().st_mode & 0o777) == 0o644
+    assert ((tmp_path / "x" / "r.xml").stat().st_mode & 0o044) == 0o044
+
+
+def test_help_is_readable_at_80_columns():
+    p = kc("run", "--help", env={"COLUMNS": "80"})
+    assert p.returncode == 0
+    lines = p.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    assert "<list[Path]>" not in p.stdout and "<str>" not in p.stdout
+    for flag in ("--batch N", "--seq N", "--vocab N"):
+        line = next(x for x in lines if x.strip().startswith(flag))
+        assert len(line.split()) > 2, line  # has help text

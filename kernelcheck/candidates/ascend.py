@@ -88,11 +88,13 @@ def library_status() -> dict:
     dirs = [str(d) for d in native_dirs()]
     spec = importlib.machinery.PathFinder.find_spec(EXTENSION_NAME, dirs)
     if spec is None or not spec.origin:
+        # name the folders that exist (the build's output), not every sys.path entry
+        shown = [d for d in dirs if Path(d).is_dir() and Path(d).name == "_native"] or dirs[:1]
         return {
             "status": "missing",
             "path": None,
             "reason": f"{EXTENSION_NAME} not built (needs CANN and bisheng; "
-            f"looked in {', '.join(dirs)})",
+            f"looked in {', '.join(shown)})",
         }
     device = devices.status("npu")
     if not device.available:

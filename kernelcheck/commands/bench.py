@@ -28,7 +28,7 @@ BENCH_FORMATS = ("table", "json")
 
 
 def bench(
-    op: Annotated[str, typer.Option("--op", help="Operator to time, e.g. logp.")],
+    op: Annotated[str, typer.Option("--op", help="Operator to time, e.g. logp.", metavar="NAME")],
     spec: SpecOpt = None,
     candidate: CandidateOpt = None,
     device: DeviceOpt = "auto",
@@ -37,15 +37,20 @@ def bench(
     seq: SeqOpt = None,
     vocab: VocabOpt = None,
     shape: ShapeOpt = None,
-    fmt: Annotated[str, typer.Option("--format", help="table or json.")] = "table",
+    fmt: Annotated[
+        str, typer.Option("--format", help="table or json.", metavar="FORMAT")
+    ] = "table",
     reps: Annotated[
-        int, typer.Option("--reps", help="At least this many timed calls per candidate.")
+        int,
+        typer.Option("--reps", help="At least this many timed calls per candidate.", metavar="N"),
     ] = 20,
     warmup: Annotated[
-        int, typer.Option("--warmup", help="Untimed calls per candidate before timing.")
+        int,
+        typer.Option("--warmup", help="Untimed calls per candidate before timing.", metavar="N"),
     ] = 3,
     json_out: Annotated[
-        Optional[Path], typer.Option("--json-out", help="Also write the JSON report here.")
+        Optional[Path],
+        typer.Option("--json-out", help="Also write the JSON report here.", metavar="FILE"),
     ] = None,
 ) -> None:
     """Time candidates side by side: median and spread, GB/s and the fraction of peak."""

@@ -65,7 +65,8 @@ def render(d, fmt: str) -> str:
 
 def merge(
     output: Annotated[
-        Path, typer.Option("-o", "--output", help="Write the merged JSON report here.")
+        Path,
+        typer.Option("-o", "--output", help="Write the merged JSON report here.", metavar="FILE"),
     ],
     reports: Annotated[
         list[Path], typer.Argument(help="JSON reports to merge (e.g. the N shards of a run).")
@@ -95,16 +96,27 @@ def diff(
     new: Annotated[Path, typer.Argument(help="The new JSON report.")],
     factor: Annotated[
         float,
-        typer.Option("--factor", help="A metric regresses when it grows by more than this factor."),
+        typer.Option(
+            "--factor",
+            help="A metric regresses when it grows by more than this factor.",
+            metavar="F",
+        ),
     ] = 2.0,
     metrics: Annotated[
-        str, typer.Option("--metrics", help="Comma-separated metrics compared with --factor.")
+        str,
+        typer.Option(
+            "--metrics", help="Comma-separated metrics compared with --factor.", metavar="LIST"
+        ),
     ] = "max_abs,ratio",
     floor: Annotated[
         float,
-        typer.Option("--floor", help="Metric values at or below this never count as regressed."),
+        typer.Option(
+            "--floor", help="Metric values at or below this never count as regressed.", metavar="X"
+        ),
     ] = 1e-9,
-    fmt: Annotated[str, typer.Option("--format", help="text, json or markdown.")] = "text",
+    fmt: Annotated[
+        str, typer.Option("--format", help="text, json or markdown.", metavar="FORMAT")
+    ] = "text",
 ) -> None:
     """List new failures, new passes, lost coverage and metric regressions; exit 1 on regression."""
     from kernelcheck.compare import diff as diff_reports

@@ -8,21 +8,44 @@ from typing import Annotated, Optional
 import typer
 
 SpecOpt = Annotated[
-    Optional[list[Path]], typer.Option("--spec", help="Extra spec file (repeatable).")
+    Optional[list[Path]],
+    typer.Option("--spec", help="Extra spec file (repeatable).", metavar="FILE"),
 ]
 CandidateOpt = Annotated[
     Optional[list[str]],
-    typer.Option("--candidate", help="Candidate name (repeatable); default: all that run here."),
+    typer.Option(
+        "--candidate",
+        help="Candidate name (repeatable); default: all that run here.",
+        metavar="NAME",
+    ),
 ]
 DeviceOpt = Annotated[
-    str, typer.Option("--device", help="auto (cuda, then npu, then cpu), cpu, cuda or npu.")
+    str,
+    typer.Option(
+        "--device", help="auto (cuda, then npu, then cpu), cpu, cuda or npu.", metavar="DEVICE"
+    ),
 ]
 DtypeOpt = Annotated[
-    Optional[str], typer.Option("--dtype", help="Comma-separated dtypes: fp32,bf16,fp16.")
+    Optional[str],
+    typer.Option("--dtype", help="Comma-separated dtypes: fp32,bf16,fp16.", metavar="LIST"),
 ]
-BatchOpt = Annotated[Optional[int], typer.Option("--batch")]
-SeqOpt = Annotated[Optional[int], typer.Option("--seq")]
-VocabOpt = Annotated[Optional[int], typer.Option("--vocab")]
+BatchOpt = Annotated[
+    Optional[int],
+    typer.Option("--batch", help="Batch size (lead dim; rows = batch x seq).", metavar="N"),
+]
+SeqOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--seq",
+        help="Sequence length (optional lead dim; leave out for [batch, vocab]).",
+        metavar="N",
+    ),
+]
+VocabOpt = Annotated[
+    Optional[int],
+    typer.Option("--vocab", help="Vocabulary size: the dim each row reduces over.", metavar="N"),
+]
 ShapeOpt = Annotated[
-    Optional[str], typer.Option("--shape", help="Any op's dims: batch=64,vocab=10000.")
+    Optional[str],
+    typer.Option("--shape", help="Any op's dims: batch=64,vocab=10000.", metavar="DIMS"),
 ]

@@ -14,12 +14,19 @@ def to_json(report: Report) -> str:
     return json.dumps(report.to_dict(), indent=2, default=str)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, text: str) -> None:
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644 & ~_umask())  # a report is for reading: not mkstemp's 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -33,7 +40,10 @@ def check_writable(path: Path) -> str | None:
     if path.is_dir():
         return f"{path} is a directory"
     if not parent.is_dir():
-        return f"folder {parent} does not exist"
+        try:  # --json-out out/r.json makes out/
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return f"cannot make folder {parent}: {exc.strerror or exc}"
     if path.exists() and not os.access(path, os.W_OK):
         return f"{path} is not writable"
     try:  # the real test: reports are written as a temporary file beside the target

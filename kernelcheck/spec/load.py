@@ -513,9 +513,13 @@ def _check_keys(t: dict, allowed: set[str], path: Path, where: str) -> None:
             raise SpecError(path, full, _unknown("key", key, sorted(allowed)))
 
 
+DEVICE_ALIASES = {"gpu": "cuda", "nvidia": "cuda", "ascend": "npu", "host": "cpu"}
+
+
 def _unknown(kind: str, name: str, valid) -> str:
     valid = list(valid)
-    near = difflib.get_close_matches(name, valid, n=1)
+    alias = DEVICE_ALIASES.get(name.lower()) if kind == "device" else None
+    near = [alias] if alias in valid else difflib.get_close_matches(name, valid, n=1)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
     return f"unknown {kind} {name!r}{hint}; valid: {', '.join(valid)}"
 
