@@ -195,8 +195,10 @@ def execute(
     plan: Plan,
     on_result: Callable[[CheckResult, Report], None] | None = None,
     on_case: Callable[[Case, int, int], None] | None = None,
+    on_case_done: Callable[[Case, list[CheckResult], int, int], None] | None = None,
 ) -> Report:
-    """Run the plan; ``on_result`` sees each result as it completes (streaming reports)."""
+    """Run the plan; ``on_result`` sees each result as it completes (streaming reports),
+    ``on_case``/``on_case_done`` each case as it starts and ends (progress)."""
     import time
 
     report = Report(plan.op.name, plan.op.version, plan.device, environment=environment())
@@ -222,11 +224,15 @@ def execute(
             if (case.dtype, case.shape) != group:  # a new group: its trials are new
                 shared.forget(folder)
                 group = (case.dtype, case.shape)
+            mine = []
             for res in executor.run(plan.op, case, options):
                 report.results.append(res)
+                mine.append(res)
                 if on_result:
                     on_result(res, report)
             report.not_run.remove(case.id)
+            if on_case_done:
+                on_case_done(case, mine, i, len(plan.cases))
     except Interrupted as exc:
         report.interrupted = exc.signame
     finally:

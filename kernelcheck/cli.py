@@ -27,6 +27,7 @@ from kernelcheck.commands.options import (
     SpecOpt,
     VocabOpt,
 )
+from kernelcheck.commands.progress import CaseTicker, shrink_notes
 from kernelcheck.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -71,6 +72,14 @@ def _stop_on_signals() -> None:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handler)
+
+
+def _width() -> int | None:
+    """``COLUMNS`` when set; else the terminal's; a log or a pipe gets a wide table."""
+    try:
+        return int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        return None if sys.stdout.isatty() else 160
 
 
 def _catalog(specs: list[Path] | None):
@@ -221,24 +230,20 @@ def run(
 
     writer = JsonReportWriter(json_out) if json_out else None
     console = Console(stderr=True)
-    progress = None
-    if console.is_terminal and len(plan.cases) > 1:
-        from rich.progress import Progress
+    ticker = CaseTicker(len(plan.cases), console)
 
-        progress = Progress(console=console, transient=True)
-        task = progress.add_task("checking", total=len(plan.cases))
-        progress.start()
-
-    def on_case(case, i, n):
-        if progress:
-            progress.update(task, completed=i, description=f"{case.id}")
+    def on_result(res, report):
+        if writer:
+            writer.write(report)
+        ticker.result(res)
 
     _stop_on_signals()
     try:
-        report = api.execute(plan, on_result=writer, on_case=on_case)
+        report = api.execute(
+            plan, on_result=on_result, on_case=ticker.start, on_case_done=ticker.done
+        )
     finally:
-        if progress:
-            progress.stop()
+        ticker.stop()
     shrunk = {}
     if shrink and shrink_budget > 0 and not report.passed and not report.interrupted:
         from kernelcheck.runner.shrink import shrink_failures
@@ -254,21 +259,17 @@ def run(
             typer.echo(f"kernelcheck: error: --json-out: {writer.error}", err=True)
     if junit_out:
         write_atomic(junit_out, rep.to_junit(report))
-    # a log or a pipe gets a wide table rather than rich's 80-column default
-    out = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
+    notes = shrink_notes(report, shrunk) if shrink and not report.interrupted else []
+    out = Console(soft_wrap=False, width=_width())
     if fmt == "table":
-        rep.render_table(report, out)
+        rep.render_table(report, out, notes)
     elif fmt == "plain":
         sys.stdout.write(rep.to_plain(report, plan.op))
+        sys.stdout.write("".join(f"{n}\n" for n in notes))
     elif fmt == "markdown":
         sys.stdout.write(rep.to_markdown(report))
     else:
         sys.stdout.write(rep.to_json(report) + "\n")
-    if shrunk and fmt in ("table", "plain"):
-        from kernelcheck.runner.shrink import format_shrink
-
-        for (case_id, check), outcome in shrunk.items():
-            sys.stdout.write(f"{case_id} {check}: {format_shrink(outcome)}\n")
     summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:
         with open(summary_path, "a") as fh:

@@ -176,3 +176,25 @@ def test_shrink_failures_of_a_run_share_one_budget(broken):
         "batch": 1,
         "vocab": 1,
     }
+
+
+def test_a_shrunk_case_is_minimal_shrinking_its_repro_finds_nothing(broken):
+    catalog, plan, result = broken
+    out = shrink(catalog, "logp", result, plan.options, budget_s=60.0)
+    assert out.shrunk and not out.exhausted_budget
+    # rerun the shrunk case as its repro would, then shrink that failure again
+    again_plan = api.plan(
+        catalog,
+        "logp",
+        candidate_names=["broken"],
+        device="cpu",
+        dtype_names="fp32",
+        shape=out.shape,
+        check_names="forward_accuracy",
+        seeds=[out.seed],
+        distributions=out.distribution,
+    )
+    (again,) = api.execute(again_plan).results
+    assert again.status == "fail"
+    second = shrink(catalog, "logp", again, again_plan.options, budget_s=60.0)
+    assert second.reproduced and not second.shrunk, second.steps

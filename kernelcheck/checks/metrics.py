@@ -101,7 +101,7 @@ class ErrorStats:
     max_abs: float = 0.0
     sum_abs: float = 0.0
     max_rel: float = 0.0
-    max_ulp: int = 0
+    max_ulp: int | None = None  # fp32 steps; None: not an fp32 result (no fp32 ulp applies)
     gold_absmax: float = 0.0
     first_bad: tuple | None = None
     first_bad_values: tuple[float, float] | None = None
@@ -138,7 +138,7 @@ class ErrorStats:
         self.sum_abs += float(err.sum())
         self.gold_absmax = max(self.gold_absmax, float(g_abs.max()))
         if c.dtype == torch.float32:
-            self.max_ulp = max(self.max_ulp, max_ulp_distance(c, g))
+            self.max_ulp = max(self.max_ulp or 0, max_ulp_distance(c, g))
         if self.first_bad is None and n_bad:
             self._first_bad(bad, c, g, row_offset)
         self.max_rel = max(self.max_rel, float(err.div_(g_abs.clamp_min_(1e-12)).max()))
@@ -172,7 +172,7 @@ class ErrorStats:
             if c.dtype == torch.float32:
                 ulps = ulp_distance(c, g)
                 ulps.masked_fill_(~both, 0)
-                self.max_ulp = max(self.max_ulp, int(ulps.max()))
+                self.max_ulp = max(self.max_ulp or 0, int(ulps.max()))
         if self.first_bad is None and bad.any():
             self._first_bad(bad, c, g, row_offset)
 
@@ -181,15 +181,19 @@ class ErrorStats:
         return self.sum_abs / self.n if self.n else 0.0
 
     def metrics(self) -> dict:
-        return {
+        """``max_abs`` and friends are over the finite elements; ``n_nonfinite`` counts the
+        NaN/Inf where the gold is finite; ``max_ulp`` only for fp32 results."""
+        out = {
             "max_abs": self.max_abs,
             "mean_abs": self.mean_abs,
             "max_rel": self.max_rel,
-            "max_ulp": self.max_ulp,
             "n_bad": self.n_bad,
             "n_nonfinite": self.n_nonfinite,
             "n": self.n,
         }
+        if self.max_ulp is not None:
+            out["max_ulp"] = self.max_ulp
+        return out
 
 
 def merge_stats(total: ErrorStats, part: ErrorStats) -> None:
@@ -200,7 +204,8 @@ def merge_stats(total: ErrorStats, part: ErrorStats) -> None:
     total.max_abs = max(total.max_abs, part.max_abs)
     total.sum_abs += part.sum_abs
     total.max_rel = max(total.max_rel, part.max_rel)
-    total.max_ulp = max(total.max_ulp, part.max_ulp)
+    if part.max_ulp is not None:
+        total.max_ulp = max(total.max_ulp or 0, part.max_ulp)
     total.gold_absmax = max(total.gold_absmax, part.gold_absmax)
     if total.first_bad is None:
         total.first_bad, total.first_bad_values = part.first_bad, part.first_bad_values

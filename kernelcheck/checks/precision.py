@@ -26,12 +26,11 @@ class ForwardPrecision(Check):
 
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
-        self.worst_ratio = 0.0
         self.max_ulp = 0
-        self.cand_max = 0.0
-        self.ref_max = 0.0
+        self.nonfinite = 0
         self.failed: tuple | None = None
-        self.worst: tuple[Trial, str] | None = None
+        # the judged part closest to its limit: (margin, trial, dist, cand, ref, ratio, bound)
+        self.closest: tuple | None = None
 
     def skip_reason(self) -> str | None:
         if self.ctx.reference_fn is None:
@@ -60,7 +59,7 @@ class ForwardPrecision(Check):
         for c, r, g in zip(trial.outputs, trial.reference, trial.gold):
             if tuple(c.shape) != tuple(g.shape):
                 if self.failed is None:
-                    self.failed = (trial, trial.distribution, float("inf"), 0.0, 0.0, "")
+                    self.failed = (trial, trial.distribution, float("inf"), 0.0, 0.0, "", 0, 0)
                 continue
             c, r, g = flat_rows(c, nlead), flat_rows(r, nlead), flat_rows(g, nlead)
             # judged per distribution: one distribution's rounding must not hide another's
@@ -79,21 +78,17 @@ class ForwardPrecision(Check):
             ratio = cand.max_abs / ref.max_abs
         else:
             ratio = 0.0 if not cand.max_abs else float("inf")
-        self.max_ulp = max(self.max_ulp, cand.max_ulp)
-        self.cand_max = max(self.cand_max, cand.max_abs)
-        self.ref_max = max(self.ref_max, ref.max_abs)
-        if ratio >= self.worst_ratio:
-            self.worst_ratio, self.worst = ratio, (trial, dist)
+        self.max_ulp = max(self.max_ulp, cand.max_ulp or 0)
+        margin = cand.max_abs / bound if bound else float("inf")
+        if self.closest is None or margin > self.closest[0]:
+            self.closest = (margin, trial, dist, cand.max_abs, ref.max_abs, ratio, bound)
+        self.nonfinite += cand.n_nonfinite
         bad = cand.n_nonfinite > 0 or cand.max_abs > bound
         if bad and self.failed is None:
-            self.failed = (
-                trial,
-                dist,
-                cand.max_abs,
-                ref.max_abs,
-                floor,
-                self._cause(cand, c, g, bound, out_of_range, what),
-            )
+            cause = self._cause(cand, c, g, bound, out_of_range, what)
+            if cand.max_abs <= bound:  # the NaN/Inf alone break it: say so, not "error > limit"
+                cause = f"finite max error {cand.max_abs:.3e} is within the limit, but {cause}"
+            self.failed = (trial, dist, cand.max_abs, ref.max_abs, floor, cause, ratio, bound)
 
     @staticmethod
     def _cause(cand: ErrorStats, c, g, bound, out_of_range, what) -> str:
@@ -109,24 +104,31 @@ class ForwardPrecision(Check):
         return likely_cause(cand.n_nonfinite, only_oor, stored_in_16_bits(in_range))
 
     def outcome(self) -> Outcome:
+        """Metrics and ``limit`` belong to one judged part: the failing one, else the one
+        closest to its limit, so the ratio shown is the one the limit was applied to."""
         tol = {"ratio": self.params["ratio"], "floor_ulp": self.params["floor_ulp"]}
-        metrics = {
-            "ratio": self.worst_ratio,
-            "max_ulp": self.max_ulp,
-            "max_abs": self.cand_max,
-            "reference_max_abs": self.ref_max,
-        }
         if self.failed is None:
-            seed, dist = (self.worst[0].seed, self.worst[1]) if self.worst else (None, None)
-            return Outcome("pass", "", metrics, tol, seed, dist)
-        trial, dist, cand, ref, floor, cause = self.failed
+            if self.closest is None:
+                return Outcome("pass", "", {"max_ulp": self.max_ulp}, tol)
+            _, trial, dist, cand, ref, ratio, bound = self.closest
+            tol["limit"] = bound
+            metrics = self._metrics(ratio, cand, ref)
+            return Outcome("pass", "", metrics, tol, trial.seed, dist)
+        trial, dist, cand, ref, floor, cause, ratio, bound = self.failed
         if cand == float("inf"):
             msg = "output shape differs from the gold"
+            metrics = {"max_ulp": self.max_ulp}
         else:
-            msg = (
-                f"max error {cand:.3e} > {self.params['ratio']:g} x fp32 reference error {ref:.3e}"
-                f" + floor {floor:.3e} ({self.params['floor_ulp']} ulp): {cause}"
-            )
+            tol["limit"] = bound
+            metrics = self._metrics(ratio, cand, ref)
+            if cand > bound:
+                msg = (
+                    f"max error {cand:.3e} > limit {bound:.3e} = {self.params['ratio']:g} x fp32 "
+                    f"reference error {ref:.3e} + floor {floor:.3e} "
+                    f"({self.params['floor_ulp']} ulp): {cause}"
+                )
+            else:
+                msg = f"limit {bound:.3e}: {cause}"
         return Outcome(
             "fail",
             f"{msg} [seed {trial.seed}, {dist}]",
@@ -136,3 +138,9 @@ class ForwardPrecision(Check):
             dist,
             trial.distribution,
         )
+
+    def _metrics(self, ratio: float, cand: float, ref: float) -> dict:
+        out = {"ratio": ratio, "max_ulp": self.max_ulp, "max_abs": cand, "reference_max_abs": ref}
+        if self.nonfinite:
+            out["n_nonfinite"] = self.nonfinite
+        return out

@@ -66,7 +66,8 @@ def to_plain(report: Report, op: OpSpec) -> str:
                     f"  case={name} output={index}{label} shape={shape} dtype={dtype}"
                     f" max_abs={m.get('max_abs', 0.0):.8e} mean_abs={m.get('mean_abs', 0.0):.8e}"
                     f" max_rel={m.get('max_rel', 0.0):.8e}"
-                    f" tol=(atol={tol.get('atol', 0.0):.3e}, rtol={tol.get('rtol', 0.0):.3e})"
+                    + (f" nonfinite={m['n_nonfinite']}" if m.get("n_nonfinite") else "")
+                    + f" tol=(atol={tol.get('atol', 0.0):.3e}, rtol={tol.get('rtol', 0.0):.3e})"
                     f" passed={r.status == 'pass'}"
                 )
             else:

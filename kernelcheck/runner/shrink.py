@@ -5,13 +5,14 @@ failing trial (its seed and distribution) and keeps a reduction only when the ch
 still ends with the same status:
 
 1. rows: every lead dim to 1 (optional ones dropped first), else each lead dim halved,
-   then bisected towards the smallest size that still fails;
+   then bisected to the smallest size that still fails;
 2. the other dims (vocab): the classic small sizes 1, 2, 16, 257 below the current one,
    else halving, then bisection;
-3. rows again if the vocab step made a smaller row count fail;
-4. the distribution, simplest first: normal, equal, heavy, masked, lm, large. A mixed
+3. the distribution, simplest first: normal, equal, heavy, masked, lm, large. A mixed
    trial (row r from the r-th of several distributions) is first narrowed to one
-   distribution, before the rows, so that fewer rows still hold the failing kind.
+   distribution, before the rows, so that fewer rows still hold the failing kind;
+4. the stages repeat until none reduces the case: the result is minimal, and shrinking
+   its repro again finds nothing smaller.
 
 Attempts run through the run's :class:`~kernelcheck.runner.execute.Executor` (isolated
 or in process, as the run was). The search stops when ``budget_s`` is spent: it is
@@ -136,8 +137,9 @@ def _minimize_dim(search: _Search, case: Case, dim: str, first_tries=()) -> Case
             passing = size // 2
             break
         case, size = trial, size // 2
-    # bisect between the largest passing and the smallest failing size, to within 1/8
-    while size - passing > max(1, size // 8):
+    # bisect between the largest passing and the smallest failing size, to the last one:
+    # a shrunk case must be minimal, so that shrinking its repro again finds nothing
+    while size - passing > 1:
         mid = (passing + size) // 2
         trial = _with_sizes(case, {**case.sizes, dim: mid})
         if search.fails(trial):
@@ -244,10 +246,13 @@ def shrink(
         if reproduced:
             if len(dists) > 1 or MIX in dists[0]:  # several kinds in one trial: one first
                 _stage(_shrink_distribution, search, steps)
-            _stage(_shrink_rows, search, steps)
-            if _stage(_shrink_other_dims, search, steps):
-                _stage(_shrink_rows, search, steps)
-            _stage(_shrink_distribution, search, steps)
+            # to a fixpoint: a simpler distribution may let fewer rows or a smaller vocab
+            # fail, and the other way round
+            changed = True
+            while changed:
+                changed = _stage(_shrink_rows, search, steps)
+                changed |= _stage(_shrink_other_dims, search, steps)
+                changed |= _stage(_shrink_distribution, search, steps)
     except _Budget:
         pass
     finally:
@@ -345,6 +350,7 @@ def shrink_failures(
         executor.close()
         phases = report.extra.setdefault("phase_seconds", {})
         phases["shrink"] = round(phases.get("shrink", 0.0) + time.perf_counter() - t0, 3)
+        report.finished = time.time()  # the reported total includes the shrinking
     report.extra["shrunk"] = {f"{k[0]} {k[1]}": o.to_dict() for k, o in out.items()}
     return out
 
