@@ -140,7 +140,7 @@ def plan(
                 ) from None
         if reason is None:
             runnable.append(name)
-        elif wanted and device == "auto":
+        elif wanted and device == "auto" and dev not in cand.devices:
             missing = "; ".join(
                 f"{d}: {devices.status(d).reason}" for d in cand.devices if d != dev
             )

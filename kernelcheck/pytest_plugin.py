@@ -5,6 +5,9 @@ does nothing unless ``--kernelcheck-spec`` is given::
 
     pytest --kernelcheck-spec specs/logp.toml --kernelcheck-device cpu -k forward_accuracy -n auto
 
+``--kernelcheck-only`` drops every other collected test (inside a repository that has
+its own tests).
+
 Items are named ``f"{op}[{case.id}-{check}]"`` (``logp[torch-bf16-2x16x257-forward_invariance]``)
 under a ``kernelcheck`` collector, so ``-k``, ``-x``, ``--junitxml`` and pytest-xdist work
 as for any test. A failing item shows the CLI's one-line reason and its ``repro:``
@@ -34,6 +37,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="FILE",
         help="kernelcheck spec file (repeatable): an op, or candidates added to one. "
         "Without it the plugin does nothing.",
+    )
+    group.addoption(
+        "--kernelcheck-only",
+        action="store_true",
+        default=False,
+        help="Run only kernelcheck's items, none of the tests collected from files "
+        "(inside a repository with its own tests).",
     )
     group.addoption(
         "--kernelcheck-op",
@@ -187,6 +197,10 @@ class KernelcheckSession:
             plans=self.plans,
             executors=self.executors,
         )
+        if config.getoption("kernelcheck_only") and items:
+            # the repository's own tests are deselected, as -k would, and said so
+            config.hook.pytest_deselected(items=list(items))
+            items.clear()
         # genitems reports the collection (collected N items, --collect-only) like any file's
         items.extend(session.genitems(collector))
 

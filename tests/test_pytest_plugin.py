@@ -193,3 +193,15 @@ def test_the_pytest11_entry_point_loads_the_plugin(pytester, spec, monkeypatch):
     )
     assert res.ret == 0, res.stdout.str() + res.stderr.str()
     assert "kernelcheck::logp[mine-fp32-2x4x257-integrity]" in res.stdout.str()
+
+
+def test_kernelcheck_only_runs_just_the_kernelcheck_items(pytester, spec):
+    """Inside a repository with its own tests, --kernelcheck-only deselects them."""
+    pytester.makepyfile(test_own="def test_own():\n    assert True\n")
+    mixed = _run(pytester, spec, "--kernelcheck-candidate=mine", "--kernelcheck-dtype=fp32")
+    assert mixed.parseoutcomes()["passed"] == 9  # 8 checks + the repository's own test
+    only = _run(
+        pytester, spec, "--kernelcheck-candidate=mine", "--kernelcheck-dtype=fp32",
+        "--kernelcheck-only",
+    )  # fmt: skip
+    only.assert_outcomes(passed=8, deselected=1)

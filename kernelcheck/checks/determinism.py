@@ -45,12 +45,13 @@ class Determinism(Check):
                     break
 
     def outcome(self) -> Outcome:
-        metrics = {"repeats": self.runs, "differing_runs": self.differ}
+        # ``repeats`` counts every run, the first included, as the spec's ``repeats`` does
+        metrics = {"repeats": self.runs + 1, "differing_runs": self.differ}
         tol = {"mode": "bitwise"}
         if self.first:
             t, what = self.first
             msg = (
-                f"{self.differ} of {self.runs} repeated runs differ; first: {what} "
+                f"{self.differ} of {self.runs} runs after the first differ from it; first: {what} "
                 f"[seed {t.seed}, {t.distribution}]"
             )
             return Outcome("fail", msg, metrics, tol, t.seed, t.distribution)

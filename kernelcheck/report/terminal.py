@@ -57,7 +57,7 @@ def headline(r: CheckResult) -> tuple[str, str]:
     if "mismatched_rows" in m:
         return f"{m['mismatched_rows']}/{m.get('comparisons', m.get('compared_rows'))} rows", "bits"
     if "differing_runs" in m:
-        return f"{m['differing_runs']}/{m['repeats']} runs", "bits"
+        return f"{m['differing_runs']} of {m['repeats'] - 1} reruns", "bits"
     if "violations" in m:
         n = m["violations"]
         return f"{n} violation{'' if n == 1 else 's'}", t.get("mode", "")
