@@ -78,6 +78,7 @@ def plan(
     shard_spec: str | None = None,
     isolate: bool | None = None,
     timeout_s: float | None = None,
+    include_bench_only: bool = False,
 ) -> Plan:
     """Validate every choice before anything runs; raise :class:`UsageError` with the fix."""
     spec = catalog.op(op)
@@ -127,6 +128,8 @@ def plan(
     for name, cand in spec.candidates.items():
         if wanted and name not in wanted:
             continue
+        if cand.bench_only and not wanted and not include_bench_only:
+            continue  # a bench baseline is not under test unless named
         reason = candidates.probe(cand, dev)
         if reason is None:
             # one rule, named or not: a candidate about to run that cannot be loaded stops

@@ -40,7 +40,7 @@ def raising_logp(logits, target):
 
 @pytest.fixture(scope="module")
 def report(catalog):
-    names = ["torch", "cpu"] if _cpu_runs(catalog) else ["torch"]
+    names = ["eager", "torch", "cpu"] if _cpu_runs(catalog) else ["eager", "torch"]
     return lib.bench(catalog, "logp", names, "cpu", "fp32,bf16", TINY, **FAST)
 
 
@@ -60,12 +60,12 @@ def test_results_have_every_field_and_positive_numbers(report):
         assert r.reps >= 3
         assert 0 < r.min_s <= r.p10_s <= r.median_s <= r.p90_s
         assert r.gbps > 0 and r.fraction_of_peak > 0
-        assert r.implementation and r.baseline == "torch" and r.speedup_vs_baseline > 0
+        assert r.implementation and r.baseline == "eager" and r.speedup_vs_baseline > 0
         itemsize = 4 if r.dtype == "fp32" else 2
         # logits read once + int64 targets + fp32 output
         assert r.bytes == 4 * 300 * itemsize + 4 * 8 + 4 * 4
-    torch_rows = [r for r in report.results if r.candidate == "torch"]
-    assert all(r.speedup_vs_baseline == 1.0 for r in torch_rows)
+    eager_rows = [r for r in report.results if r.candidate == "eager"]
+    assert eager_rows and all(r.speedup_vs_baseline == 1.0 for r in eager_rows)
 
 
 def test_json_has_exactly_the_documented_keys(report):
@@ -85,14 +85,14 @@ def test_table_renders(report):
     console = Console(record=True, width=200)
     render_bench_table(report, console)
     text = console.export_text()
-    assert "speed vs torch" in text and "peak bandwidth" in text
-    assert "measured streaming read" in text
+    assert "speed vs eager" in text and "peak bandwidth" in text
+    assert "measured once: streaming read" in text and "runs spread" in text
 
 
 def test_cpu_peak_bandwidth_is_measured():
     bw, source = lib.peak_bandwidth("cpu")
     assert bw is not None and bw > 0
-    assert source.startswith("measured streaming read")
+    assert source.startswith("measured once: streaming read") and "runs spread" in source
     assert lib.peak_bandwidth("cpu") == (bw, source)  # cached per process
 
 
@@ -191,3 +191,29 @@ def test_command_usage_error_is_one_line_and_exit_2():
     assert len(res.stderr.strip().splitlines()) == 1
     res = CliRunner().invoke(_app(), ["bench", "--op", "logp", "--format", "xml"])
     assert res.exit_code == 2 and "unknown format 'xml'" in res.stderr
+
+
+def test_eager_is_the_default_baseline_and_bench_only(catalog):
+    """The fair baseline is plain eager PyTorch; `run` leaves it out unless named."""
+    from kernelcheck import api
+
+    plan = api.plan(catalog, "logp", device="cpu", dtype_names="fp32", shape=TINY)
+    assert "eager" not in {c.candidate for c in plan.cases}
+    named = api.plan(catalog, "logp", ["eager"], device="cpu", dtype_names="fp32", shape=TINY)
+    assert {c.candidate for c in named.cases} == {"eager"}
+    rep = lib.bench(catalog, "logp", None, "cpu", "fp32", TINY, **FAST)
+    assert "eager" in {r.candidate for r in rep.results}
+    assert {r.baseline for r in rep.results} == {"eager"}
+
+
+def test_noisy_timings_are_warned_about(report):
+    from dataclasses import replace
+
+    from kernelcheck.report.bench import spread_warnings
+
+    noisy = replace(report, results=[replace(report.results[0], p10_s=1.0, p90_s=2.5)])
+    (line,) = spread_warnings(noisy)
+    assert "p90/p10 = 2.5 > 2" in line
+    assert not spread_warnings(
+        replace(report, results=[replace(report.results[0], p10_s=1.0, p90_s=1.5)])
+    )

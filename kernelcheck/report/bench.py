@@ -121,3 +121,21 @@ def render_bench_table(report: BenchReport, console: Console) -> None:
                 f"[bold magenta]error[/] {r.candidate} {r.dtype} {_shape(r.shape)}: {r.error}",
                 highlight=False,
             )
+    for line in spread_warnings(report):
+        console.print(f"[bold yellow]warning[/] {line}", highlight=False)
+
+
+def spread_warnings(report: BenchReport) -> list[str]:
+    """Timings whose p90/p10 exceeds 2: too noisy to compare (another load, turbo, a flush)."""
+    from kernelcheck.bench import UNSTABLE_SPREAD
+
+    out = []
+    for r in report.results:
+        if r.error or not r.p10_s or not r.p90_s:
+            continue
+        if r.p90_s / r.p10_s > UNSTABLE_SPREAD:
+            out.append(
+                f"{r.candidate} {r.dtype} {_shape(r.shape)}: p90/p10 = {r.p90_s / r.p10_s:.1f} "
+                f"> {UNSTABLE_SPREAD:g}: noisy timing, rerun on a quiet machine or with more --reps"
+            )
+    return out

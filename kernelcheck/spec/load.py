@@ -61,6 +61,7 @@ _CANDIDATE_KEYS = {
     "description",
     "native",
     "isolate",
+    "bench_only",
 }
 
 
@@ -458,6 +459,7 @@ def _parse_candidates(items, path: Path) -> dict[str, CandidateSpec]:
             description=_get(t, "description", str, path, key, default=""),
             native=_get(t, "native", bool, path, key, default=False),
             isolate=isolate,
+            bench_only=_get(t, "bench_only", bool, path, key, default=False),
         )
     return out
 

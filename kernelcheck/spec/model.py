@@ -72,6 +72,8 @@ class CandidateSpec:
     description: str = ""
     native: bool = False
     isolate: bool | None = None
+    # a baseline for `bench` only (plain eager PyTorch): `run` checks it only when named
+    bench_only: bool = False
 
     @property
     def base_dir(self) -> Path:
