@@ -17,6 +17,10 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from kernelcheck.commands.common import STATE
+from kernelcheck.commands.common import catalog as _catalog
+from kernelcheck.commands.common import fail as _fail
+from kernelcheck.commands.common import parse_shape as _parse_shape
 from kernelcheck.commands.options import (
     BatchOpt,
     CandidateOpt,
@@ -46,14 +50,6 @@ app = typer.Typer(
     help="Verify compute kernels against a float64 gold: accuracy, precision, "
     "bitwise batch invariance.",
 )
-_state = {"debug": False}
-
-
-def _fail(message: str, code: int = EXIT_USAGE) -> None:
-    if _state["debug"]:
-        traceback.print_exc()
-    typer.echo(f"kernelcheck: error: {message}", err=True)
-    raise typer.Exit(code)
 
 
 _EXIT_FOR_SIGNAL = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}
@@ -82,28 +78,9 @@ def _width() -> int | None:
         return None if sys.stdout.isatty() else 160
 
 
-def _catalog(specs: list[Path] | None):
-    from kernelcheck.spec import load_catalog
-
-    return load_catalog(specs or [])
-
-
-def _parse_shape(batch, seq, vocab, shape: str | None) -> dict | None:
-    from kernelcheck.cases.grid import parse_sizes
-
-    try:
-        sizes = parse_sizes(shape) if shape else {}
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    for key, value in (("batch", batch), ("seq", seq), ("vocab", vocab)):
-        if value is not None:
-            sizes[key] = value
-    return sizes or None
-
-
 @app.callback()
 def main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False) -> None:
-    _state["debug"] = debug
+    STATE["debug"] = debug
 
 
 @app.command()
@@ -193,7 +170,7 @@ def run(
     """Run the checks of an op's candidates over its dtype x shape grid."""
     from kernelcheck import api
     from kernelcheck import report as rep
-    from kernelcheck.commands.compare import read_report
+    from kernelcheck.compare import read_report
     from kernelcheck.report.json_report import JsonReportWriter, check_writable, write_atomic
 
     try:

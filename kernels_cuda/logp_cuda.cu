@@ -30,6 +30,7 @@
 #include <float.h>
 #include <stdint.h>
 
+#include "kc_abi_common.h"
 #include "kc_logp.h"
 
 namespace {
@@ -254,12 +255,6 @@ __global__ void logp_backward_kernel(const T* __restrict__ logits,
   }
 }
 
-int check_args(int dtype, int64_t rows, int64_t vocab, int64_t stride) {
-  if (dtype != KC_FLOAT32 && dtype != KC_BFLOAT16 && dtype != KC_FLOAT16) return KC_ERR_DTYPE;
-  if (rows < 0 || vocab <= 0 || stride < vocab) return KC_ERR_SHAPE;
-  return KC_OK;
-}
-
 // Last CUDA error text, for kc_status_string(KC_ERR_LAUNCH / KC_ERR_DEVICE).
 thread_local const char* g_last_cuda_error = nullptr;
 
@@ -304,22 +299,8 @@ KC_API int kc_abi_version(void) { return KC_ABI_VERSION; }
 KC_API const char* kc_backend_name(void) { return "cuda"; }
 
 KC_API const char* kc_status_string(int status) {
-  switch (status) {
-    case KC_OK:
-      return "ok";
-    case KC_ERR_DTYPE:
-      return "unsupported dtype (expected KC_FLOAT32, KC_BFLOAT16 or KC_FLOAT16)";
-    case KC_ERR_SHAPE:
-      return "invalid shape (need rows >= 0, vocab > 0, row_stride >= vocab)";
-    case KC_ERR_NULL:
-      return "null pointer argument";
-    case KC_ERR_LAUNCH:
-      return g_last_cuda_error ? g_last_cuda_error : "kernel launch failed";
-    case KC_ERR_DEVICE:
-      return g_last_cuda_error ? g_last_cuda_error : "CUDA device error";
-    default:
-      return "unknown status";
-  }
+  return kc_status_text(status, g_last_cuda_error ? g_last_cuda_error : "kernel launch failed",
+                        g_last_cuda_error ? g_last_cuda_error : "CUDA device error");
 }
 
 KC_API int kc_set_num_threads(int n) {
@@ -340,7 +321,7 @@ KC_API int kc_cuda_device_count(void) {
 
 KC_API int kc_logp_forward(int dtype, const void* logits, const int64_t* target, float* out,
                            int64_t rows, int64_t vocab, int64_t row_stride, void* stream) {
-  const int st = check_args(dtype, rows, vocab, row_stride);
+  const int st = kc_check_args(dtype, rows, vocab, row_stride);
   if (st != KC_OK) return st;
   if (rows == 0) return KC_OK;  // launches nothing
   if (!logits || !target || !out) return KC_ERR_NULL;
@@ -358,7 +339,7 @@ KC_API int kc_logp_forward(int dtype, const void* logits, const int64_t* target,
 KC_API int kc_logp_backward(int dtype, const void* logits, const int64_t* target,
                             const float* grad_out, void* grad_logits, int64_t rows, int64_t vocab,
                             int64_t row_stride, void* stream) {
-  const int st = check_args(dtype, rows, vocab, row_stride);
+  const int st = kc_check_args(dtype, rows, vocab, row_stride);
   if (st != KC_OK) return st;
   if (rows == 0) return KC_OK;
   if (!logits || !target || !grad_out || !grad_logits) return KC_ERR_NULL;

@@ -13,8 +13,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from kernelcheck import bench as lib
+from kernelcheck.bench import RESULT_KEYS, TOP_KEYS, bench_to_json, render_bench_table
 from kernelcheck.errors import UsageError
-from kernelcheck.report.bench import RESULT_KEYS, TOP_KEYS, bench_to_json, render_bench_table
 from tests.conftest import with_candidate
 
 TINY = {"batch": 4, "vocab": 300}
@@ -209,7 +209,7 @@ def test_eager_is_the_default_baseline_and_bench_only(catalog):
 def test_noisy_timings_are_warned_about(report):
     from dataclasses import replace
 
-    from kernelcheck.report.bench import spread_warnings
+    from kernelcheck.bench import spread_warnings
 
     noisy = replace(report, results=[replace(report.results[0], p10_s=1.0, p90_s=2.5)])
     (line,) = spread_warnings(noisy)

@@ -1,7 +1,7 @@
 """``kernelcheck bench``: time an op's candidates side by side (see :mod:`kernelcheck.bench`).
 
-Registered in :mod:`kernelcheck.cli`; that module is imported lazily here, inside the
-command, because it imports this one.
+Registered in :mod:`kernelcheck.cli`; shared CLI helpers come from
+:mod:`kernelcheck.commands.common`, never from ``cli.py``.
 """
 
 from __future__ import annotations
@@ -57,9 +57,11 @@ def bench(
     from rich.console import Console
 
     from kernelcheck import bench as lib
-    from kernelcheck.cli import _catalog, _fail, _parse_shape
+    from kernelcheck.bench import bench_to_json, render_bench_table
+    from kernelcheck.commands.common import catalog as _catalog
+    from kernelcheck.commands.common import fail as _fail
+    from kernelcheck.commands.common import parse_shape as _parse_shape
     from kernelcheck.errors import EXIT_FAILED, EXIT_OK, UsageError
-    from kernelcheck.report.bench import bench_to_json, render_bench_table
     from kernelcheck.report.json_report import check_writable, write_atomic
 
     err = Console(stderr=True)

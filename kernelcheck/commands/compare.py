@@ -14,34 +14,11 @@ from typing import Annotated
 
 import typer
 
-from kernelcheck.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+from kernelcheck.commands.common import fail as _fail
+from kernelcheck.compare import read_report
+from kernelcheck.errors import EXIT_FAILED, EXIT_OK, UsageError
 
 DIFF_FORMATS = ("text", "json", "markdown")
-
-
-def _fail(message: str, code: int = EXIT_USAGE) -> None:
-    typer.echo(f"kernelcheck: error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def read_report(path: Path) -> dict:
-    """A kernelcheck JSON report from ``path``; :class:`UsageError` saying why not."""
-    from kernelcheck.compare import validate_report
-
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not a kernelcheck JSON report (invalid JSON: {exc})") from None
-    return validate_report(data, str(path))
 
 
 def parse_metrics(text: str) -> tuple[str, ...]:

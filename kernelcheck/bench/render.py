@@ -7,7 +7,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from kernelcheck.bench import BenchReport, BenchResult
+from kernelcheck.bench.measure import UNSTABLE_SPREAD, BenchReport, BenchResult
 
 # The keys of one JSON result: the issue's ten, then what explains them.
 RESULT_KEYS = (
@@ -127,8 +127,6 @@ def render_bench_table(report: BenchReport, console: Console) -> None:
 
 def spread_warnings(report: BenchReport) -> list[str]:
     """Timings whose p90/p10 exceeds 2: too noisy to compare (another load, turbo, a flush)."""
-    from kernelcheck.bench import UNSTABLE_SPREAD
-
     out = []
     for r in report.results:
         if r.error or not r.p10_s or not r.p90_s:

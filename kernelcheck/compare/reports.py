@@ -575,3 +575,21 @@ __all__ = [
     "spec_digest",
     "validate_report",
 ]
+
+
+def read_report(path: Path) -> dict:
+    """A kernelcheck JSON report from ``path``; :class:`UsageError` saying why not."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not a kernelcheck JSON report (invalid JSON: {exc})") from None
+    return validate_report(data, str(path))

@@ -1,0 +1,43 @@
+"""CLI helpers that ``cli.py`` and every command share: one line and exit 2 on a usage
+error, the catalog with ``--spec`` files, the shape from ``--batch/--seq/--vocab/--shape``.
+
+Here, not in ``cli.py``, so that ``commands/`` never imports ``cli.py`` (which imports
+the commands to register them).
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+import typer
+
+from kernelcheck.errors import EXIT_USAGE, UsageError
+
+STATE = {"debug": False}  # --debug: show tracebacks
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> None:
+    if STATE["debug"]:
+        traceback.print_exc()
+    typer.echo(f"kernelcheck: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def catalog(specs: list[Path] | None):
+    from kernelcheck.spec import load_catalog
+
+    return load_catalog(specs or [])
+
+
+def parse_shape(batch, seq, vocab, shape: str | None) -> dict | None:
+    from kernelcheck.cases.grid import parse_sizes
+
+    try:
+        sizes = parse_sizes(shape) if shape else {}
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for key, value in (("batch", batch), ("seq", seq), ("vocab", vocab)):
+        if value is not None:
+            sizes[key] = value
+    return sizes or None
