@@ -116,11 +116,13 @@ class _Invariance(Check):
         gen = torch.Generator().manual_seed(trial.seed * 7919 + rows)
 
         def run(index: list[int], lead: tuple[int, ...], misalign: bool) -> list[torch.Tensor]:
+            # one row: a view (the device copy follows anyway); several: one gather
+            pick = slice(index[0], index[0] + 1) if len(index) == 1 else torch.tensor(index)
             sub = {
-                k: (v[index].reshape(*lead, *v.shape[1:]) if row_wise[k] else v)
+                k: (v[pick].reshape(*lead, *v.shape[1:]) if row_wise[k] else v)
                 for k, v in pool.items()
             }
-            ups = [u[index].reshape(*lead, *u.shape[1:]) for u in pool_up]
+            ups = [u[pick].reshape(*lead, *u.shape[1:]) for u in pool_up]
             return self._results(sub, ups, lead, misalign=misalign)
 
         # alone: the reference bits of every row
