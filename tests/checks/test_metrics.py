@@ -66,3 +66,5 @@ def test_max_ulp_distance_equals_the_int64_definition():
     ):
         assert max_ulp_distance(c, g) == int(ulp_distance(c, g).max())
     assert max_ulp_distance(torch.tensor([-0.0]), torch.tensor([0.0], dtype=torch.float64)) == 0
+    huge = torch.tensor([3e38, -3e38], dtype=torch.float64)  # opposite signs past 2^31 steps
+    assert max_ulp_distance(-huge.float(), huge) == int(ulp_distance(-huge.float(), huge).max())
