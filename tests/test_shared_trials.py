@@ -72,3 +72,17 @@ def test_a_dead_runs_folder_is_removed_by_the_next_run(tmp_path):
         assert not orphan.exists() and mine is not None and mine.is_dir()
     finally:
         shared.remove(mine)
+
+
+def test_a_failed_store_only_means_not_shared(tmp_path, monkeypatch):
+    import torch
+
+    from kernelcheck.cases import shared
+
+    def full(*args, **kwargs):
+        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+
+    monkeypatch.setattr(shared.torch, "save", full)
+    store = shared.SharedTrials(tmp_path)
+    store.put("k", "inputs", {"x": torch.zeros(3)})  # no exception
+    assert store.get("k", "inputs") is None and not list(tmp_path.iterdir())

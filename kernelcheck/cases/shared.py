@@ -87,7 +87,7 @@ class SharedTrials:
         try:
             torch.save(value, tmp)
             tmp.replace(path)  # atomic: a reader sees the whole file or none
-        except OSError:
+        except Exception:  # a full /dev/shm (torch says RuntimeError): just do not share
             tmp.unlink(missing_ok=True)
 
 
