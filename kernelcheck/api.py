@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -141,7 +142,6 @@ def plan(
                 raise UsageError(
                     f"{cand.source}: candidate.{name}.callable: cannot load: {exc}"
                 ) from None
-        if reason is None:
             runnable.append(name)
         elif wanted and device == "auto" and dev not in cand.devices:
             missing = "; ".join(
@@ -213,13 +213,10 @@ def execute(
         report.extra["shard"] = f"{plan.shard[0]}/{plan.shard[1]}"
     report.not_run = [c.id for c in plan.cases]
     executor = Executor(plan.isolate, plan.timeout_s)
-    folder = shared.make_run_folder()
-    options = plan.options
-    if folder is not None:
-        options = dataclasses.replace(
-            options, shared_dir=str(folder), shared_budget=shared.budget_for(folder)
-        )
-    group = None
+    groups = Counter((c.dtype, c.shape) for c in plan.cases)
+    folder = shared.make_run_folder() if max(groups.values(), default=0) > 1 else None
+    budget = shared.budget_for(folder) if folder is not None else 0
+    group, left = None, 0
     try:
         for i, case in enumerate(plan.cases):
             if on_case:
@@ -227,6 +224,13 @@ def execute(
             if (case.dtype, case.shape) != group:  # a new group: its trials are new
                 shared.forget(folder)
                 group = (case.dtype, case.shape)
+                left = groups[group]
+            left -= 1
+            # share only between candidates of one group; the last one only reads
+            options = plan.options
+            if folder is not None and groups[group] > 1:
+                store = budget if left else 0
+                options = dataclasses.replace(options, shared_dir=str(folder), shared_budget=store)
             mine = []
             for res in executor.run(plan.op, case, options):
                 report.results.append(res)
@@ -261,18 +265,18 @@ def describe(catalog: Catalog) -> dict:
     for name, op in catalog.ops.items():
         cands = {}
         for cname, cand in op.candidates.items():
+            load_error = None
             try:
                 candidates.load(cand)
-                importable = "yes"
             except ImportPathError as exc:
-                importable = f"broken: {exc}"
+                load_error = str(exc)
             cands[cname] = {
                 "callable": cand.callable,
-                "importable": importable,
+                "importable": "yes" if load_error is None else f"broken: {load_error}",
                 "devices": list(cand.devices),
                 "source": str(cand.source),
                 "runs_here": {
-                    d: (f"cannot load: {importable[8:]}" if importable != "yes" else None)
+                    d: (f"cannot load: {load_error}" if load_error else None)
                     or candidates.probe(cand, d)
                     or "yes"
                     for d in cand.devices

@@ -86,3 +86,19 @@ def test_a_failed_store_only_means_not_shared(tmp_path, monkeypatch):
     store = shared.SharedTrials(tmp_path)
     store.put("k", "inputs", {"x": torch.zeros(3)})  # no exception
     assert store.get("k", "inputs") is None and not list(tmp_path.iterdir())
+
+
+def test_a_run_with_one_candidate_per_group_shares_nothing(monkeypatch, tmp_path):
+    """Storing trials costs a copy: done only when another candidate of the group reads them."""
+    from kernelcheck.cases import shared
+
+    made = []
+    monkeypatch.setattr(shared, "make_run_folder", lambda: made.append(1))
+    api.run(load_catalog(), "logp", candidate_names=["torch"], device="cpu",
+            shape={"batch": 2, "vocab": 33}, check_names=["contract"], isolate=False)  # fmt: skip
+    assert not made
+    import torch
+
+    reader = shared.SharedTrials(tmp_path, budget_bytes=0)  # the last candidate: reads only
+    reader.put("k", "inputs", {"x": torch.zeros(3)})
+    assert not list(tmp_path.iterdir())

@@ -55,7 +55,10 @@ def trial_key(op: str, version: str, dtype: str, shape: tuple, seed: int, dist: 
 
 
 class SharedTrials:
-    """Get or put one part ("inputs", "gold", "reference") of a trial by key."""
+    """Get or put one part ("inputs", "gold", "reference") of a trial by key.
+
+    ``budget_bytes`` 0 makes it read-only: the last candidate of a group only reads.
+    """
 
     def __init__(self, folder: str | Path | None, budget_bytes: int = DEFAULT_BUDGET):
         self.folder = Path(folder) if folder else None
@@ -76,7 +79,7 @@ class SharedTrials:
             return None
 
     def put(self, key: str, part: str, value) -> None:
-        if self.folder is None or not self.folder.is_dir():
+        if self.folder is None or not self.budget or not self.folder.is_dir():
             return
         size = _nbytes(value)
         used = sum(p.stat().st_size for p in self.folder.glob("*.pt"))

@@ -95,6 +95,13 @@ class _Invariance(Check):
         """Row-wise results, flattened to ``[rows, ...]``, on the CPU."""
         raise NotImplementedError
 
+    def _on_device(self, inputs: dict, misalign: bool) -> dict:
+        """Device copies; ``misalign`` starts every float input one element off."""
+        dev = self.ctx.to_device(inputs)
+        if misalign:
+            dev = {k: (misaligned_copy(v) if v.is_floating_point() else v) for k, v in dev.items()}
+        return dev
+
     def pool_rows(self) -> int:
         """R: the ``rows`` parameter (at least the largest batch size), within POOL_BYTES."""
         sizes = [int(n) for n in self.params["batch_sizes"]]
@@ -191,9 +198,7 @@ class ForwardInvariance(_Invariance):
     summary = "a row's output bits do not depend on batch size, position, lead shape or alignment"
 
     def _results(self, inputs, upstream, lead, misalign=False):
-        dev = self.ctx.to_device(inputs)
-        if misalign:
-            dev = {k: (misaligned_copy(v) if v.is_floating_point() else v) for k, v in dev.items()}
+        dev = self._on_device(inputs, misalign)
         outs = self.ctx.call(dev)
         return [o.detach().cpu().reshape(-1, *o.shape[len(lead) :]) for o in outs]
 
@@ -204,9 +209,7 @@ class BackwardInvariance(_Invariance):
     summary = "identical (inputs, upstream grad) rows get bit-identical gradient rows anywhere"
 
     def _results(self, inputs, upstream, lead, misalign=False):
-        dev = self.ctx.to_device(inputs)
-        if misalign:
-            dev = {k: (misaligned_copy(v) if v.is_floating_point() else v) for k, v in dev.items()}
+        dev = self._on_device(inputs, misalign)
         _, grads = self.ctx.call_backward(dev, upstream)
         op = self.ctx.op
         return [
