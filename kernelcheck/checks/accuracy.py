@@ -68,6 +68,7 @@ class _ToleranceCheck(Check):
 
 class ForwardAccuracy(_ToleranceCheck):
     name = "forward_accuracy"
+    uses = frozenset({"outputs", "gold"})
     judgment = "forward_accuracy"
     summary = "every output element within atol + rtol*|gold| of the float64 gold"
 
@@ -85,6 +86,7 @@ class ForwardAccuracy(_ToleranceCheck):
 
 class BackwardAccuracy(_ToleranceCheck):
     name = "backward_accuracy"
+    uses = frozenset({"grads"})
     judgment = "backward_accuracy"
     needs_grad = True
     summary = "gradient w.r.t. each grad input within tolerance of the float64 gold gradient"

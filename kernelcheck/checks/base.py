@@ -18,7 +18,7 @@ from kernelcheck import dtypes, gold
 from kernelcheck.cases.grid import Case, lead_shape
 from kernelcheck.cases.inputs import make_inputs, make_upstream
 from kernelcheck.cases.shared import SharedTrials, trial_key
-from kernelcheck.checks.metrics import integrity_problems
+from kernelcheck.checks.metrics import aliasing_problems, integrity_problems, row_digests
 from kernelcheck.spec.model import OpSpec, Tolerance
 from kernelcheck.timing import PhaseClock
 
@@ -65,6 +65,7 @@ class CaseContext:
     clock: PhaseClock = field(default_factory=PhaseClock)
     gold_backward_fn: Callable | None = None  # the op's analytic gold gradient, if it has one
     shared: SharedTrials = field(default_factory=SharedTrials)  # trials of every candidate
+    _pools: dict = field(default_factory=dict, repr=False)
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -161,6 +162,30 @@ class CaseContext:
             return tuple(self.sizes[d] for d in out.shape if d in self.sizes)
         return (*lead, *inner)
 
+    def trial_key(self, seed: int, dist: str) -> str:
+        c = self.case
+        return trial_key(c.op, self.op.version, c.dtype, c.shape, seed, dist)
+
+    def pool(self, seed: int, dist: str, rows: int) -> tuple[dict, list]:
+        """The invariance pool of one trial, ``rows`` rows: (inputs, upstream gradients).
+
+        Drawn once per case for both invariance checks, and shared with the run's other
+        candidates like a trial (the checks copy it before each call, so nobody spoils it).
+        """
+        mine = (seed, dist, rows)
+        if mine not in self._pools:
+            key, part = self.trial_key(seed, dist), f"pool{rows}"
+            found = self.shared.get(key, part)
+            if found is None:
+                found = {
+                    "inputs": self.draw(seed, dist, lead=(rows,), salt="pool"),
+                    "upstream": self.upstream(seed, lead=(rows,), salt="pool"),
+                }
+                self.shared.put(key, part, found)
+            self._pools[mine] = found
+        found = self._pools[mine]
+        return found["inputs"], found["upstream"]
+
     def upstream(self, seed: int, lead: tuple[int, ...] | None = None, salt: str = ""):
         with self.clock.phase("inputs"):
             return self._upstream(seed, lead, salt)
@@ -178,16 +203,37 @@ class Trial:
     Checks that judge the same call (accuracy, precision) share one candidate run.
     """
 
+    PARTS = ("outputs", "grads", "gold", "reference")
+
     def __init__(self, ctx: CaseContext, seed: int, distribution: str):
         self.ctx = ctx
         self.seed = seed
         self.distribution = distribution
         self.watch = False  # integrity observes this trial: its calls check their inputs
+        self.readers: dict[str, set[str]] = {}  # part -> checks still to read it
+
+    def finished(self, check: str) -> None:
+        """``check`` reads this trial no more: free the parts no other check still reads.
+
+        Only parts with readers listed (``run_case`` lists them) are ever freed.
+        """
+        for part, names in self.readers.items():
+            names.discard(check)
+            key = f"_{part}"
+            if not names and self.__dict__.get(key, ("",))[0] == "ok":
+                self.__dict__[key] = ("freed", None)
+
+    def ensure(self, part: str) -> None:
+        """Make the trial's own call behind ``part`` (if not made yet); raise its fault."""
+        kind, value = self.__dict__.get(f"_{part}", (None, None))
+        if kind is None:
+            getattr(self, part)
+        elif kind == "fault":
+            raise value
 
     @cached_property
     def key(self) -> str:
-        c = self.ctx.case
-        return trial_key(c.op, self.ctx.op.version, c.dtype, c.shape, self.seed, self.distribution)
+        return self.ctx.trial_key(self.seed, self.distribution)
 
     def _shared(self, part: str, make):
         """A part of the trial another candidate computed, or compute and share it."""
@@ -212,23 +258,68 @@ class Trial:
         kind, value = self.__dict__[key]
         if kind == "fault":
             raise value
+        if kind == "freed":  # a check that reads a part must list it in ``uses``
+            raise RuntimeError(f"trial {name} were freed: no remaining check listed them")
         return value
+
+    def own_call(self, call: Callable[[dict], list], phase: str = "") -> list:
+        """``call(inputs)`` on this trial's inputs, as the candidate gets them.
+
+        On another device: fresh device copies. On the CPU: the trial's own tensors, so a
+        GB-sized input is never held twice; their 64-bit row digests, taken before the
+        first call, tell afterwards whether the candidate wrote them, and a written input
+        is drawn again before anyone reads it. ``phase`` names a watched call: its
+        integrity findings are kept.
+        """
+        on_cpu = self.ctx.device.type == "cpu"
+        if on_cpu:
+            before = self.input_digests
+            dev = dict(self.cpu_inputs)
+        else:
+            dev = self.ctx.to_device(self.cpu_inputs)
+        changed: list[str] = []
+        try:
+            results = call(dev)
+        finally:
+            if on_cpu:
+                changed = self._settle(before, dev, phase or "a call")
+        if self.watch and phase:
+            if on_cpu:
+                found = changed + aliasing_problems(dev, results, phase)
+            else:
+                found = integrity_problems(self.cpu_inputs, dev, results, phase)
+            self.__dict__.setdefault("_findings", {})[phase] = found
+        return results
+
+    @cached_property
+    def input_digests(self) -> dict[str, torch.Tensor]:
+        return {k: row_digests(self._input_rows(k, v)) for k, v in self.cpu_inputs.items()}
+
+    def _input_rows(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        nlead = len(self.ctx.lead)
+        if self.ctx.op.is_row_wise(self.ctx.op.input(name)) and t.dim() > nlead:
+            return flat_rows(t, nlead)
+        return t.reshape(1, -1)
+
+    def _settle(self, before: dict, used: dict, phase: str) -> list[str]:
+        """Which inputs a call on the trial's own tensors changed; draw those again."""
+        problems = []
+        for name, want in before.items():
+            now = row_digests(self._input_rows(name, used[name].detach()))
+            rows = int((now != want).sum()) if now.shape == want.shape else -1
+            if rows:
+                problems.append(f"{phase} changed input {name!r} ({rows} of {len(want)} rows)")
+        if problems:  # the next reader gets the inputs drawn (or loaded) again
+            self.__dict__.pop("cpu_inputs", None)
+        return problems
 
     @property
     def outputs(self) -> list[torch.Tensor]:
         def run():
-            dev = self.ctx.to_device(self.cpu_inputs)
-            outs = self.ctx.call(dev)
-            self._watch("forward", dev, outs)
+            outs = self.own_call(self.ctx.call, "forward")
             return [o.detach().cpu() for o in outs]
 
         return self._cached("outputs", run)
-
-    def _watch(self, phase: str, dev: dict, results: list) -> None:
-        """Integrity findings of this very call (no extra call of the candidate)."""
-        if self.watch:
-            found = integrity_problems(self.cpu_inputs, dev, results, phase)
-            self.__dict__.setdefault("_findings", {})[phase] = found
 
     @property
     def findings(self) -> dict[str, list[str]]:
@@ -272,16 +363,19 @@ class Trial:
     @property
     def grads(self) -> dict[str, torch.Tensor]:
         def run():
-            dev = self.ctx.to_device(self.cpu_inputs)
-            outs, grads = self.ctx.call_backward(dev, self.upstream)
-            self._watch("backward", dev, list(outs) + list(grads.values()))
-            return {k: v.cpu() for k, v in grads.items()}
+            def call(dev):
+                outs, grads = self.ctx.call_backward(dev, self.upstream)
+                return [*outs, *grads.values()]
+
+            results = self.own_call(call, "backward")
+            names = self.ctx.op.grad_inputs
+            return dict(zip(names, (g.cpu() for g in results[-len(names) :])))
 
         return self._cached("grads", run)
 
     def release(self) -> None:
         """Drop the cached tensors (keeps seed and distribution for reporting)."""
-        keep = ("ctx", "seed", "distribution", "watch", "key")
+        keep = ("ctx", "seed", "distribution", "watch", "key", "readers", "input_digests")
         for key in [k for k in self.__dict__ if k not in keep]:
             del self.__dict__[key]
 
@@ -311,6 +405,9 @@ class Check:
     name: ClassVar[str] = ""
     PARAMS: ClassVar[dict] = {}
     needs_grad: ClassVar[bool] = False
+    # the trial results it reads (of Trial.PARTS): the trial frees each once no check
+    # still to observe the trial reads it (at the Qwen3 shape, a gradient is GBs)
+    uses: ClassVar[frozenset[str]] = frozenset()
     summary: ClassVar[str] = ""
 
     def __init__(self, ctx: CaseContext, params: dict | None = None):

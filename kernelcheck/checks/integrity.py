@@ -30,13 +30,13 @@ class Integrity(Check):
         # the trial's own calls (shared with the accuracy checks) were watched
         self.progress("forward and backward on the trial")
         try:
-            _ = trial.outputs
+            trial.ensure("outputs")
             self.problems += trial.findings.get("forward", [])
         except CandidateFault as exc:
             self.faults.append(f"forward: {exc}")
         if self.ctx.grad:
             try:
-                _ = trial.grads
+                trial.ensure("grads")
                 self.problems += trial.findings.get("backward", [])
             except CandidateFault as exc:
                 # a candidate that writes its inputs may well break autograd too

@@ -117,8 +117,7 @@ class _Invariance(Check):
     def observe(self, trial: Trial) -> None:
         ctx, op = self.ctx, self.ctx.op
         rows = self.pool_rows()
-        pool = ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="pool")
-        pool_up = ctx.upstream(trial.seed, lead=(rows,), salt="pool")
+        pool, pool_up = ctx.pool(trial.seed, trial.distribution, rows)
         row_wise = {i.name: op.is_row_wise(i) for i in op.inputs}
         gen = torch.Generator().manual_seed(trial.seed * 7919 + rows)
 

@@ -21,6 +21,7 @@ from kernelcheck.checks.metrics import ErrorStats, fp32_ulp
 
 class ForwardPrecision(Check):
     name = "forward_precision"
+    uses = frozenset({"outputs", "gold", "reference"})
     PARAMS = {"ratio": 2.0, "floor_ulp": 8}
     summary = "error <= ratio x an honest fp32 reference's error + a rounding floor; reports ULPs"
 

@@ -154,11 +154,16 @@ def run_case(
     wanted = {name: set(map(id, c.trials_wanted(trials))) for name, c in active.items()}
     for trial in trials:  # integrity reads the inputs after the trial's own calls
         trial.watch = id(trial) in wanted.get("integrity", ())
+        for part in Trial.PARTS:
+            trial.readers[part] = {
+                n for n, c in active.items() if id(trial) in wanted[n] and part in c.uses
+            }
     spent = dict.fromkeys(active, 0.0)
     broken: dict[str, Outcome] = {}
     for trial in trials:
         for name, check in active.items():
             if name in broken or id(trial) not in wanted[name]:
+                trial.finished(name)
                 continue
             t0 = time.perf_counter()
             progress(name, f"seed {trial.seed}")
@@ -179,6 +184,7 @@ def run_case(
                     seed=trial.seed,
                     distribution=trial.distribution,
                 )
+            trial.finished(name)
             spent[name] += time.perf_counter() - t0
         trial.release()  # free this trial's tensors before drawing the next
     for name, check in active.items():

@@ -9,6 +9,7 @@ from kernelcheck.checks.metrics import (
     bits,
     first_bit_difference,
     fp32_ulp,
+    row_digests,
     row_mismatches,
     ulp_distance,
 )
@@ -68,3 +69,39 @@ def test_max_ulp_distance_equals_the_int64_definition():
     assert max_ulp_distance(torch.tensor([-0.0]), torch.tensor([0.0], dtype=torch.float64)) == 0
     huge = torch.tensor([3e38, -3e38], dtype=torch.float64)  # opposite signs past 2^31 steps
     assert max_ulp_distance(-huge.float(), huge) == int(ulp_distance(-huge.float(), huge).max())
+
+
+def test_row_digests_see_every_single_bit_flip():
+    """One changed element always changes its row's digest, whichever bit, row or dtype;
+    equal rows always give equal digests, and -0.0 is not +0.0."""
+    gen = torch.Generator().manual_seed(3)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = torch.randn(5, 1031, generator=gen).to(dtype)
+        base = row_digests(x)
+        assert torch.equal(base, row_digests(x.clone()))
+        width = 8 * x.element_size()
+        for row, col, bit in [(0, 0, 0), (2, 1030, width - 1), (4, 517, 7), (1, 3, width // 2)]:
+            y = x.clone()
+            y.view(bits(y).dtype)[row, col] ^= 1 << bit if bit < width - 1 else -(1 << bit)
+            changed = (row_digests(y) != base).nonzero().flatten().tolist()
+            assert changed == [row], (dtype, row, col, bit)
+    z = torch.zeros(2, 4)
+    z[1, 2] = -0.0
+    d = row_digests(z)
+    assert d[0] != d[1]
+
+
+def test_row_digests_leave_their_input_alone():
+    for t in (torch.arange(12, dtype=torch.int64).reshape(3, 4), torch.randn(3, 4)):
+        before = t.clone()
+        row_digests(t)
+        assert torch.equal(bits(t), bits(before))
+
+
+def test_row_digests_in_chunks_equal_whole(monkeypatch):
+    from kernelcheck.checks import metrics
+
+    x = torch.randn(37, 300)
+    whole = row_digests(x)
+    monkeypatch.setattr(metrics, "DIGEST_CHUNK_ELEMENTS", 1000)  # 3 rows a chunk
+    assert torch.equal(row_digests(x), whole)

@@ -75,6 +75,7 @@ REPRO_CASES = [
     ("no-max-subtraction", "forward_accuracy", "fp32"),
     ("bf16-accumulation", "forward_precision", "bf16"),
     ("nondeterministic", "determinism", "fp32"),
+    ("nondeterministic-backward", "determinism", "fp32"),
     ("negative-zero", "contract", "fp32"),
     ("zeroes-ignored-rows", "integrity", "fp32"),
 ]

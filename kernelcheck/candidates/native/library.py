@@ -33,6 +33,8 @@ KC_OK = 0
 _REPO_ROOT = Path(__file__).resolve().parents[3]
 _lock = threading.Lock()
 _loaded: dict[Path, ctypes.CDLL] = {}
+# (backend, search setting) -> library: a kernel call must not walk the search path
+_found: dict[tuple, ctypes.CDLL] = {}
 
 
 class NativeLibraryError(RuntimeError):
@@ -110,6 +112,14 @@ def _declare(lib: ctypes.CDLL, backend: str) -> None:
 
 def load(backend: str) -> ctypes.CDLL:
     """Load (once per path) and return the library; raises :class:`NativeLibraryError`."""
+    where = (backend, os.environ.get(ENV_DIR, ""), tuple(sys.path))
+    lib = _found.get(where)
+    if lib is None:
+        lib = _found[where] = _load(backend)
+    return lib
+
+
+def _load(backend: str) -> ctypes.CDLL:
     path, looked = find_library(backend)
     if path is None:
         raise NativeLibraryError(

@@ -1,0 +1,47 @@
+"""Trial parts live only while a check still to observe the trial reads them."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelcheck.checks.base import Trial
+from tests.conftest import run_small, with_candidate
+
+
+def _trial_with(parts: dict) -> Trial:
+    trial = Trial(ctx=None, seed=0, distribution="normal")
+    for name, value in parts.items():
+        trial.__dict__[f"_{name}"] = ("ok", value)
+    return trial
+
+
+def test_a_part_is_freed_when_its_last_reader_finishes():
+    trial = _trial_with({"grads": "G", "outputs": "O"})
+    trial.readers = {"grads": {"backward_accuracy", "determinism"}, "outputs": {"contract"}}
+    trial.finished("backward_accuracy")
+    assert trial._cached("grads", lambda: "again") == "G"  # determinism still reads it
+    trial.finished("determinism")
+    with pytest.raises(RuntimeError, match="freed"):
+        trial._cached("grads", lambda: "again")
+    assert trial._cached("outputs", lambda: "again") == "O"
+    trial.ensure("grads")  # the call was made: integrity's findings stand, nothing reruns
+
+
+def test_parts_without_listed_readers_are_kept():
+    """A trial used outside run_case (the shrinker, tests) never frees anything."""
+    trial = _trial_with({"gold": "g"})
+    trial.finished("forward_accuracy")
+    assert trial._cached("gold", lambda: "again") == "g"
+
+
+def test_a_candidate_that_writes_its_cpu_inputs_spoils_no_verdict(catalog):
+    """On the CPU the candidate gets the trial's own tensors (no second copy of a big
+    input): one that halves them after computing exact outputs fails integrity, and the
+    accuracy checks still judge it against the gold of the inputs it was given."""
+    cat = with_candidate(catalog, "scribbler", "broken_logp:scribbles_on_input")
+    checks = ["forward_accuracy", "forward_precision", "determinism", "integrity"]
+    res = run_small(cat, "scribbler", checks, seeds=[0], check_grad=False)
+    assert res["integrity"].status == "fail"
+    assert "changed input 'logits'" in res["integrity"].message
+    for name in ("forward_accuracy", "forward_precision", "determinism"):
+        assert res[name].status == "pass", (name, res[name].message)
