@@ -25,12 +25,6 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(view) if view is not None else t
 
 
-def row_mismatches(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Per leading row, True where any bit differs. Both shaped ``[rows, ...]``."""
-    diff = bits(a) != bits(b)
-    return diff.reshape(diff.shape[0], -1).any(dim=1) if diff.dim() > 1 else diff
-
-
 _DIGEST_WEIGHTS: dict[int, torch.Tensor] = {}
 DIGEST_CHUNK_ELEMENTS = 1 << 18  # 1 MiB of int32 view: cache-sized, 3x faster than 4M
 
