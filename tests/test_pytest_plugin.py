@@ -205,3 +205,23 @@ def test_kernelcheck_only_runs_just_the_kernelcheck_items(pytester, spec):
         "--kernelcheck-only",
     )  # fmt: skip
     only.assert_outcomes(passed=8, deselected=1)
+
+
+def test_the_installed_plugin_runs_clean_outside_the_repo(pytester, spec):
+    """The installed plugin (editable included: packaging/kernelcheck-pytest.pth marks
+    scikit-build-core's import redirect PYTEST_DONT_REWRITE) warns about nothing."""
+    res = pytester.run(
+        sys.executable,
+        "-m",
+        "pytest",
+        f"--kernelcheck-spec={spec}",
+        *SMALL,
+        "--kernelcheck-dtype=fp32",
+        "--kernelcheck-candidate=mine",
+        "-p",
+        "no:cacheprovider",
+        timeout=120,
+    )
+    out = res.stdout.str() + res.stderr.str()
+    assert res.ret == 0, out
+    assert "PytestAssertRewriteWarning" not in out and "warnings summary" not in out, out

@@ -197,6 +197,9 @@ class CaseContext:
         ]
 
 
+IN_PLACE_BYTES = 1 << 30  # CPU inputs this large are not copied for a call (see own_call)
+
+
 class Trial:
     """One (seed, distribution) draw, with the candidate's and the gold's results cached.
 
@@ -265,13 +268,15 @@ class Trial:
     def own_call(self, call: Callable[[dict], list], phase: str = "") -> list:
         """``call(inputs)`` on this trial's inputs, as the candidate gets them.
 
-        On another device: fresh device copies. On the CPU: the trial's own tensors, so a
-        GB-sized input is never held twice; their 64-bit row digests, taken before the
+        Fresh device copies, so a candidate that writes its inputs spoils nothing else;
+        but on the CPU, inputs of ``IN_PLACE_BYTES`` or more are the trial's own tensors, so
+        a GB-sized input is never held twice: their 64-bit row digests, taken before the
         first call, tell afterwards whether the candidate wrote them, and a written input
-        is drawn again before anyone reads it. ``phase`` names a watched call: its
+        is drawn again before anyone reads it (a digest pass costs about what a copy
+        does, so smaller inputs are copied). ``phase`` names a watched call: its
         integrity findings are kept.
         """
-        on_cpu = self.ctx.device.type == "cpu"
+        on_cpu = self.ctx.device.type == "cpu" and self.input_bytes >= IN_PLACE_BYTES
         if on_cpu:
             before = self.input_digests
             dev = dict(self.cpu_inputs)
@@ -290,6 +295,10 @@ class Trial:
                 found = integrity_problems(self.cpu_inputs, dev, results, phase)
             self.__dict__.setdefault("_findings", {})[phase] = found
         return results
+
+    @cached_property
+    def input_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.cpu_inputs.values())
 
     @cached_property
     def input_digests(self) -> dict[str, torch.Tensor]:
@@ -375,7 +384,7 @@ class Trial:
 
     def release(self) -> None:
         """Drop the cached tensors (keeps seed and distribution for reporting)."""
-        keep = ("ctx", "seed", "distribution", "watch", "key", "readers", "input_digests")
+        keep = ("ctx", "seed", "distribution", "watch", "key", "readers")
         for key in [k for k in self.__dict__ if k not in keep]:
             del self.__dict__[key]
 

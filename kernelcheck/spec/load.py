@@ -327,10 +327,20 @@ def eval_dim_expr(value: str | int, shape: dict[str, int]) -> int:
     return base
 
 
+def tolerance_tables() -> list[str]:
+    """The checks that read a ``[tolerance.<check>]`` table."""
+    from kernelcheck.checks import CHECKS
+
+    return [c.judgment for c in CHECKS.values() if getattr(c, "judgment", "")]
+
+
 def _parse_tolerances(table: dict, path: Path) -> dict[str, dict[str, Tolerance]]:
     out: dict[str, dict[str, Tolerance]] = {}
+    valid = tolerance_tables()
     for judgment, per_dtype in table.items():
         key = f"tolerance.{judgment}"
+        if judgment not in valid:  # a misspelled table would silently skip its check
+            raise SpecError(path, key, _unknown("tolerance table", judgment, valid))
         if not isinstance(per_dtype, dict):
             raise SpecError(path, key, f"expected a table of dtypes, got {_tname(per_dtype)}")
         out[judgment] = {}

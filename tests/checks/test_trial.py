@@ -34,10 +34,15 @@ def test_parts_without_listed_readers_are_kept():
     assert trial._cached("gold", lambda: "again") == "g"
 
 
-def test_a_candidate_that_writes_its_cpu_inputs_spoils_no_verdict(catalog):
-    """On the CPU the candidate gets the trial's own tensors (no second copy of a big
-    input): one that halves them after computing exact outputs fails integrity, and the
-    accuracy checks still judge it against the gold of the inputs it was given."""
+@pytest.mark.parametrize("in_place", [True, False], ids=["own-tensors", "copies"])
+def test_a_candidate_that_writes_its_cpu_inputs_spoils_no_verdict(catalog, monkeypatch, in_place):
+    """Given the trial's own CPU tensors (GB-sized inputs: no second copy; forced here)
+    or copies, a candidate that halves its input after computing exact outputs fails
+    integrity, and the accuracy checks still judge it against the gold of the inputs it
+    was given."""
+    from kernelcheck.checks import base
+
+    monkeypatch.setattr(base, "IN_PLACE_BYTES", 0 if in_place else 1 << 62)
     cat = with_candidate(catalog, "scribbler", "broken_logp:scribbles_on_input")
     checks = ["forward_accuracy", "forward_precision", "determinism", "integrity"]
     res = run_small(cat, "scribbler", checks, seeds=[0], check_grad=False)

@@ -117,6 +117,11 @@ BAD = [
         "duplicate",
     ),
     (
+        LOGP_HEAD + "[tolerance.forward_acuracy]\nfp32 = { atol = 1e-5 }\n",
+        "tolerance.forward_acuracy",
+        "did you mean 'forward_accuracy'",
+    ),
+    (
         LOGP_HEAD + '[tolerance.forward_accuracy]\nfp32 = { atol = "small" }\n',
         "tolerance.forward_accuracy.fp32.atol",
         "expected a number",
