@@ -80,6 +80,7 @@ def plan(
     isolate: bool | None = None,
     timeout_s: float | None = None,
     include_bench_only: bool = False,
+    attributes: dict[str, object] | None = None,
 ) -> Plan:
     """Validate every choice before anything runs; raise :class:`UsageError` with the fix."""
     spec = catalog.op(op)
@@ -155,16 +156,47 @@ def plan(
             raise UsageError(f"candidate {name} cannot run on {dev}: {reason}")
         else:
             unavailable[name] = reason
-    # the candidates of one (dtype, shape) one after another: they share its trials
+    axes, shown = attribute_axes(spec, attributes or {})
+    # the candidates of one (dtype, shape, attributes) one after another: they share trials
     cases = [
-        Case(spec.name, c, dev, d, tuple(s.items()), tuple(seed_list), tuple(dists), tuple(checks))
-        for d, s, c in itertools.product(dts, shapes, runnable)
+        Case(
+            spec.name,
+            c,
+            dev,
+            d,
+            tuple(s.items()),
+            tuple(seed_list),
+            tuple(dists),
+            tuple(checks),
+            attrs=a,
+            shown=shown,
+        )
+        for d, s, a, c in itertools.product(dts, shapes, axes, runnable)
     ]
     digest = plan_digest(cases, check_grad)  # before sharding: the same in every shard
     if shard_kn:
         cases = shard(cases, *shard_kn)
     options = RunOptions(check_grad=check_grad, user_specs=catalog.user_specs)
     return Plan(spec, dev, cases, options, unavailable, shard_kn, isolate, timeout_s, digest)
+
+
+def attribute_axes(
+    spec: OpSpec, overrides: dict[str, object]
+) -> tuple[list[tuple[tuple[str, object], ...]], tuple[str, ...]]:
+    """Every combination of the op's attribute values (``--attr`` pins one), and the
+    names a case id shows: the grid axes' and the pinned ones."""
+    for name in overrides:
+        if name not in spec.attributes:
+            valid = ", ".join(spec.attributes) or "none"
+            raise UsageError(
+                f"--attr: unknown attribute {name!r} for op {spec.name}; valid: {valid}"
+            )
+    values = {
+        n: ([overrides[n]] if n in overrides else list(v)) for n, v in spec.attributes.items()
+    }
+    shown = tuple(n for n, v in spec.attributes.items() if len(v) > 1 or n in overrides)
+    combos = [tuple(zip(values, combo)) for combo in itertools.product(*values.values())]
+    return combos, shown
 
 
 def _resolve_gold(spec: OpSpec) -> None:
@@ -213,7 +245,7 @@ def execute(
         report.extra["shard"] = f"{plan.shard[0]}/{plan.shard[1]}"
     report.not_run = [c.id for c in plan.cases]
     executor = Executor(plan.isolate, plan.timeout_s)
-    groups = Counter((c.dtype, c.shape) for c in plan.cases)
+    groups = Counter((c.dtype, c.shape, c.attrs) for c in plan.cases)
     folder = shared.make_run_folder() if max(groups.values(), default=0) > 1 else None
     budget = shared.budget_for(folder) if folder is not None else 0
     group, left = None, 0
@@ -221,9 +253,9 @@ def execute(
         for i, case in enumerate(plan.cases):
             if on_case:
                 on_case(case, i, len(plan.cases))
-            if (case.dtype, case.shape) != group:  # a new group: its trials are new
+            if (case.dtype, case.shape, case.attrs) != group:  # a new group: new trials
                 shared.forget(folder)
-                group = (case.dtype, case.shape)
+                group = (case.dtype, case.shape, case.attrs)
                 left = groups[group]
             left -= 1
             # share only between candidates of one group; the last one only reads

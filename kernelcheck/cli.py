@@ -20,8 +20,10 @@ from rich.console import Console
 from kernelcheck.commands.common import STATE
 from kernelcheck.commands.common import catalog as _catalog
 from kernelcheck.commands.common import fail as _fail
+from kernelcheck.commands.common import parse_attrs as _parse_attrs
 from kernelcheck.commands.common import parse_shape as _parse_shape
 from kernelcheck.commands.options import (
+    AttrOpt,
     BatchOpt,
     CandidateOpt,
     DeviceOpt,
@@ -94,6 +96,7 @@ def run(
     seq: SeqOpt = None,
     vocab: VocabOpt = None,
     shape: ShapeOpt = None,
+    attr: AttrOpt = None,
     check_grad: Annotated[
         bool, typer.Option("--check-grad/--no-check-grad", help="Run the backward checks.")
     ] = True,
@@ -190,6 +193,7 @@ def run(
             device=device,
             dtype_names=dtype,
             shape=_parse_shape(batch, seq, vocab, shape),
+            attributes=_parse_attrs(attr),
             check_names=checks,
             check_grad=check_grad,
             seeds=[seed] if seed is not None else None,

@@ -19,6 +19,7 @@ FIXED_DTYPES = {
     "float64": torch.float64,
     "int64": torch.int64,
     "int32": torch.int32,
+    "bool": torch.bool,
     **{name: SHORT_NAMES[short] for name, short in ALIASES.items()},
 }
 

@@ -36,6 +36,8 @@ class CheckResult:
     duration_s: float = 0.0
     implementation: str = ""
     failing_distribution: str | None = None  # the failing row's, when a mixed trial held it
+    # the op attributes that tell this case from its neighbours (a grid axis, an --attr)
+    attributes: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)

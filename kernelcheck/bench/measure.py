@@ -44,6 +44,7 @@ from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
 from kernelcheck.cases.inputs import make_inputs
 from kernelcheck.errors import UsageError
+from kernelcheck.runner.case import with_attributes
 from kernelcheck.spec.load import Catalog
 from kernelcheck.spec.model import OpSpec
 
@@ -493,7 +494,8 @@ def _bench_group(
             results[n].error = f"import failed: {_error_text(exc)}"
             continue
         results[n].implementation = loaded.implementation
-        fns[n] = loaded.fn
+        # the op's attributes at their first (default) values
+        fns[n] = with_attributes(loaded.fn, {k: v[0] for k, v in op.attributes.items()})
 
     first = make_inputs(op, sizes, dtype, 0, "normal")
     set_bytes = sum(t.numel() * t.element_size() for t in first.values())

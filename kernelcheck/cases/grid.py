@@ -20,10 +20,18 @@ class Case:
     seeds: tuple[int, ...]
     distributions: tuple[str, ...]
     checks: tuple[str, ...] = field(default=())
+    # every op attribute's value; ``shown``: those named in the id and the repro (a grid
+    # axis's, or one set with --attr)
+    attrs: tuple[tuple[str, object], ...] = field(default=())
+    shown: tuple[str, ...] = field(default=())
 
     @property
     def sizes(self) -> dict[str, int]:
         return dict(self.shape)
+
+    @property
+    def attributes(self) -> dict[str, object]:
+        return dict(self.attrs)
 
     @property
     def shape_str(self) -> str:
@@ -31,8 +39,29 @@ class Case:
 
     @property
     def id(self) -> str:
-        """Stable and readable: ``torch-bf16-2x16x257``."""
-        return f"{self.candidate}-{self.dtype}-{self.shape_str}"
+        """Stable and readable: ``torch-bf16-2x16x257`` (``-temperature=0.7`` for an axis)."""
+        tags = "".join(f"-{k}={fmt_attr(v)}" for k, v in self.attrs if k in self.shown)
+        return f"{self.candidate}-{self.dtype}-{self.shape_str}{tags}"
+
+
+def fmt_attr(value: object) -> str:
+    """An attribute value as ``--attr`` reads it back: ``0.7``, ``true``, ``mean``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def parse_attr_value(text: str) -> object:
+    """``--attr`` values: ints, floats, true/false, else the string itself."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 def lead_shape(op: OpSpec, sizes: dict[str, int]) -> tuple[int, ...]:

@@ -32,7 +32,12 @@ DISTRIBUTIONS = {
     "heavy": "Student-t (2 dof), clipped to +-20: rare large entries dominate the sum",
     "lm": "LM-like logits: std 4-8 per row and a peaked head of 8 tokens near the tail's top; "
     "catches a lossy fp32 sum at real logit scales",
+    "zero_rows": "every 4th row all zeros (padding), the rest standard normal: a norm "
+    "without eps gives NaN there",
+    "tiny_rows": "every 4th row scaled to about 1e-18 (fp16: 1e-4), the rest standard normal: "
+    "where eps dominates a norm's mean square",
 }
+TINY_SCALE = {"fp32": 1e-18, "bf16": 1e-18, "fp16": 1e-4}
 LM_LOGP_FLOOR = 60.0  # the lm tail is clipped at logsumexp - 60: |logp| < 64 (fp32 contract)
 
 
@@ -122,6 +127,11 @@ def _draw_rows(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: to
         return c.view(per_row).expand(shape)
     if dist == "lm":
         return _lm_rows(rows, inner, gen)
+    if dist in ("zero_rows", "tiny_rows"):
+        x = torch.randn(shape, generator=gen, dtype=f32)
+        scale = 0.0 if dist == "zero_rows" else TINY_SCALE[dtype]
+        x[::4] *= scale  # rows 0, 4, 8, ... of each chunk: every trial of 1+ rows has one
+        return x
     # heavy: Student-t with 2 degrees of freedom, z / sqrt(chi2_2 / 2), chi2_2 = -2 log u
     z = torch.randn(shape, generator=gen, dtype=f32)
     u = torch.rand(shape, generator=gen, dtype=f32).clamp_min_(1e-30)
@@ -181,7 +191,18 @@ def make_inputs(
         inner = inner_shape(op, spec, sizes)
         row_wise = op.is_row_wise(spec)
         n = nrows if row_wise else 1
-        if spec.values == "index":
+        if spec.values == "mask":
+            t = torch.rand((n, *inner), generator=gen) < spec.true_fraction
+        elif spec.values == "weight":
+            case_dtype = dtype if spec.dtype == "case" else dtypes.canonical(spec.dtype) or dtype
+            w = torch.randn((n, *inner), generator=gen, dtype=torch.float32).mul_(0.1).add_(1.0)
+            t = w.to(dtypes.torch_dtype(case_dtype))
+        elif spec.values in DISTRIBUTIONS:  # a fixed distribution, whatever the case's
+            case_dtype = dtype if spec.dtype == "case" else dtypes.canonical(spec.dtype) or dtype
+            t = draw_float(
+                n, inner, spec.values, case_dtype, _key(seed, spec.values, spec.name, salt)
+            )
+        elif spec.values == "index":
             bound = sizes[spec.index_of]
             t = torch.randint(0, bound, (n, *inner), generator=gen, dtype=torch.int64)
             if spec.out_of_range_fraction:

@@ -49,8 +49,11 @@ def budget_for(folder: Path) -> int:
     return min(DEFAULT_BUDGET, free // 2)
 
 
-def trial_key(op: str, version: str, dtype: str, shape: tuple, seed: int, dist: str) -> str:
+def trial_key(
+    op: str, version: str, dtype: str, shape: tuple, seed: int, dist: str, attrs: tuple = ()
+) -> str:
     text = f"{op}-v{version}-{dtype}-{'x'.join(str(v) for _, v in shape)}-s{seed}-{dist}"
+    text += "".join(f"-{k}={v}" for k, v in attrs)  # the gold depends on them
     return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)
 
 

@@ -12,16 +12,27 @@ class _ToleranceCheck(Check):
 
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
-        tol = ctx.tolerance(self.judgment)
-        self.tol = tol
+        self.tols = {n: ctx.tolerance(self.judgment, n) for n in self.judged()}
+        tol = ctx.tolerance(self.judgment) or next(iter(self.tols.values()), None)
+        self.tol = tol  # the op-wide table (or the first name's): the case total's
         self.total = ErrorStats(tol.atol, tol.rtol) if tol else None
         self.failed: tuple[Trial, ErrorStats, str] | None = None
         self.worst: Trial | None = None
         self.worst_abs = -1.0
 
+    def judged(self) -> list[str]:
+        """The outputs or gradients this check judges, by name."""
+        raise NotImplementedError
+
+    def stats(self, name: str) -> ErrorStats:
+        tol = self.tols[name]
+        return ErrorStats(tol.atol, tol.rtol)
+
     def skip_reason(self) -> str | None:
-        if self.tol is None:
-            return f"the spec has no tolerance.{self.judgment} for {self.ctx.case.dtype}"
+        missing = [n for n, t in self.tols.items() if t is None]
+        if missing or self.tol is None:
+            which = f" ({', '.join(missing)})" if missing and len(self.tols) > 1 else ""
+            return f"the spec has no tolerance.{self.judgment} for {self.ctx.case.dtype}{which}"
         return super().skip_reason()
 
     def _record(self, trial: Trial, st: ErrorStats, what: str) -> None:
@@ -39,6 +50,9 @@ class _ToleranceCheck(Check):
 
     def outcome(self) -> Outcome:
         tol = {"atol": self.tol.atol, "rtol": self.tol.rtol}
+        own = {n: {"atol": t.atol, "rtol": t.rtol} for n, t in self.tols.items() if t != self.tol}
+        if own:
+            tol["per_name"] = own
         metrics = self.total.metrics()
         if self.failed is None:
             t = self.worst
@@ -50,20 +64,35 @@ class _ToleranceCheck(Check):
         if st.first_bad is None:
             message = what
         else:
-            lead = self.ctx.lead
-            where = fmt_index(st.first_bad[0], st.first_bad[1:], lead)
+            row_wise = self._row_wise(what)
+            # a row-wise tensor's index has the lead dims; a shared one (a norm's weight
+            # gradient) its own shape only
+            lead = self.ctx.lead if row_wise else ()
+
+            def at(first: tuple) -> str:
+                return fmt_index(first[0], first[1:], lead) if row_wise else str(list(first[1:]))
+
             c, g = st.first_bad_values
             message = (
-                f"{what}: {st.n_bad} of {st.n} elements outside atol={self.tol.atol:g}"
-                f"+rtol={self.tol.rtol:g}*|gold|; first at {where}: {c!r} vs gold {g!r}"
+                f"{what}: {st.n_bad} of {st.n} elements outside atol={st.atol:g}"
+                f"+rtol={st.rtol:g}*|gold|; first at {at(st.first_bad)}: {c!r} vs gold {g!r}"
             )
             if st.n_nonfinite:
-                where = fmt_index(st.first_nonfinite[0], st.first_nonfinite[1:], lead)
-                message += f"; {st.n_nonfinite} NaN/Inf where gold is finite (first at {where})"
-            if what.startswith("output") or self.ctx.op.is_row_wise(self.ctx.op.input(what[9:])):
+                message += (
+                    f"; {st.n_nonfinite} NaN/Inf where gold is finite "
+                    f"(first at {at(st.first_nonfinite)})"
+                )
+            if row_wise:
                 dist = row_distribution(trial.distribution, st.first_bad[0])  # that row's
         message += f" [seed {trial.seed}, {dist}]"
         return Outcome("fail", message, metrics, tol, trial.seed, dist, trial.distribution)
+
+    def _row_wise(self, what: str) -> bool:
+        op = self.ctx.op
+        kind, _, name = what.partition(":")
+        if kind.startswith("output"):
+            return not name or op.is_row_wise(next(o for o in op.outputs if o.name == name))
+        return op.is_row_wise(op.input(name))
 
 
 class ForwardAccuracy(_ToleranceCheck):
@@ -72,15 +101,23 @@ class ForwardAccuracy(_ToleranceCheck):
     judgment = "forward_accuracy"
     summary = "every output element within atol + rtol*|gold| of the float64 gold"
 
+    def judged(self) -> list[str]:
+        return [o.name for o in self.ctx.op.outputs]
+
     def observe(self, trial: Trial) -> None:
         nlead = len(self.ctx.lead)
-        for i, (c, g) in enumerate(zip(trial.outputs, trial.gold)):
-            what = "output" if len(trial.gold) == 1 else f"output {i}"
+        outputs = self.ctx.op.outputs
+        for spec, c, g in zip(outputs, trial.outputs, trial.gold):
+            # one output: "output" (as ever); several: each by its name
+            what = "output" if len(outputs) == 1 else f"output:{spec.name}"
             if tuple(c.shape) != tuple(g.shape):
                 self._shape_fail(trial, what, c.shape, g.shape)
                 continue
-            st = ErrorStats(self.tol.atol, self.tol.rtol)
-            st.update(flat_rows(c, nlead), flat_rows(g, nlead))
+            st = self.stats(spec.name)
+            if self.ctx.op.is_row_wise(spec):
+                st.update(flat_rows(c, nlead), flat_rows(g, nlead))
+            else:
+                st.update(c.unsqueeze(0), g.unsqueeze(0))
             self._record(trial, st, what)
 
 
@@ -91,10 +128,13 @@ class BackwardAccuracy(_ToleranceCheck):
     needs_grad = True
     summary = "gradient w.r.t. each grad input within tolerance of the float64 gold gradient"
 
+    def judged(self) -> list[str]:
+        return list(self.ctx.op.grad_inputs)
+
     def observe(self, trial: Trial) -> None:
         grads = trial.grads
         nlead = len(self.ctx.lead)
-        per_input = {n: ErrorStats(self.tol.atol, self.tol.rtol) for n in grads}
+        per_input = {n: self.stats(n) for n in grads}
         flat = {}
         for n, g in grads.items():
             want = tuple(trial.cpu_inputs[n].shape)

@@ -75,8 +75,8 @@ class CaseContext:
     def lead(self) -> tuple[int, ...]:
         return lead_shape(self.op, self.sizes)
 
-    def tolerance(self, judgment: str) -> Tolerance | None:
-        return self.op.tolerance(judgment, self.case.dtype)
+    def tolerance(self, judgment: str, name: str | None = None) -> Tolerance | None:
+        return self.op.tolerance(judgment, self.case.dtype, name)
 
     def draw(self, seed: int, dist: str, lead: tuple[int, ...] | None = None, salt: str = ""):
         with self.clock.phase("inputs"):
@@ -110,7 +110,8 @@ class CaseContext:
                 for i, (o, u) in enumerate(zip(outs, upstream)):
                     if tuple(o.shape) != tuple(u.shape):
                         raise WrongOutput(
-                            f"output {i} shape {tuple(o.shape)} != expected {tuple(u.shape)}"
+                            f"output {self.op.outputs[i].name!r} shape {tuple(o.shape)} != "
+                            f"expected {tuple(u.shape)}"
                         )
                 wrt = [args[n] for n in self.op.grad_inputs]
                 grads = torch.autograd.grad(
@@ -164,7 +165,7 @@ class CaseContext:
 
     def trial_key(self, seed: int, dist: str) -> str:
         c = self.case
-        return trial_key(c.op, self.op.version, c.dtype, c.shape, seed, dist)
+        return trial_key(c.op, self.op.version, c.dtype, c.shape, seed, dist, c.attrs)
 
     def pool(self, seed: int, dist: str, rows: int) -> tuple[dict, list]:
         """The invariance pool of one trial, ``rows`` rows: (inputs, upstream gradients).

@@ -188,7 +188,8 @@ class Contract(Check):
             if g.shape != w.shape or not bool((bits(g) == bits(w)).all()):
                 detail = "shape differs" if g.shape != w.shape else first_bit_difference(g, w)
                 self.problems.append(
-                    f"{label}: output {i} differs from the contiguous copy: {detail}"
+                    f"{label}: output {self.ctx.op.outputs[i].name!r} differs from the contiguous "
+                    f"copy: {detail}"
                 )
 
     def outcome(self) -> Outcome:

@@ -41,3 +41,16 @@ def parse_shape(batch, seq, vocab, shape: str | None) -> dict | None:
         if value is not None:
             sizes[key] = value
     return sizes or None
+
+
+def parse_attrs(items: list[str] | None) -> dict | None:
+    """``--attr temperature=0.7`` (repeatable) -> {"temperature": 0.7}."""
+    from kernelcheck.cases.grid import parse_attr_value
+
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--attr: expected NAME=VALUE, e.g. temperature=0.7, got {item!r}")
+        out[name.strip()] = parse_attr_value(value)
+    return out or None

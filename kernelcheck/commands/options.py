@@ -49,3 +49,11 @@ ShapeOpt = Annotated[
     Optional[str],
     typer.Option("--shape", help="Any op's dims: batch=64,vocab=10000.", metavar="DIMS"),
 ]
+AttrOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--attr",
+        help="Set an op attribute (repeatable): temperature=0.7 (pins a grid axis).",
+        metavar="NAME=VALUE",
+    ),
+]

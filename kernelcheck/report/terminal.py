@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kernelcheck.cases.grid import fmt_attr
 from kernelcheck.results import CheckResult, Report
 
 STYLE = {
@@ -82,6 +83,7 @@ def render_table(report: Report, console: Console, notes: list[str] | None = Non
         last = None
         for r in results:
             case = f"{r.dtype} {'x'.join(map(str, r.shape.values()))}"
+            case += "".join(f" {k}={fmt_attr(v)}" for k, v in r.attributes.items())
             if case != last:
                 if last is not None:
                     table.add_section()

@@ -8,6 +8,8 @@ drawn, so memory holds one trial at a time. A fault in the candidate becomes an
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -70,7 +72,39 @@ def make_result(
         repro=repro_command(case, check, seed, dist, options.user_specs, options.check_grad),
         duration_s=round(seconds, 4),
         implementation=implementation,
+        attributes={k: v for k, v in case.attrs if k in case.shown},
     )
+
+
+def takes(fn, names) -> set[str]:
+    """Which of ``names`` ``fn`` declares as parameters (all, when it takes ``**kwargs`` or
+    its signature cannot be read)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return set(names)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return set(names)
+    return {p.name for p in params} & set(names)
+
+
+def with_attributes(fn, attrs: dict):
+    """``fn`` with the attribute values it declares bound as keyword arguments.
+
+    A callable that does not declare an attribute is called without it: an op can gain
+    an attribute (logp's temperature, say) and every existing candidate keeps working at
+    the default value. ``run_case`` skips a candidate asked for another value.
+    """
+    if fn is None or not attrs:
+        return fn
+    bound = {k: v for k, v in attrs.items() if k in takes(fn, attrs)}
+    return functools.partial(fn, **bound) if bound else fn
+
+
+def unhonoured(fn, op: OpSpec, attrs: dict) -> list[str]:
+    """Attributes set away from their default that ``fn`` does not take."""
+    missing = set(attrs) - takes(fn, attrs)
+    return [f"{k}={v}" for k, v in attrs.items() if k in missing and v != op.attributes[k][0]]
 
 
 def trial_distributions(op: OpSpec, case: Case) -> list[str]:
@@ -116,6 +150,16 @@ def run_case(
             yield result(name, Outcome("error", f"cannot load: {exc}"))
         return
     implementation, fn = loaded.implementation, loaded.fn
+    # the op's attributes (eps, temperature) are keyword arguments of every callable
+    attrs = case.attributes
+    if cannot := unhonoured(fn, op, attrs):
+        why = f"candidate {cand.name} does not take {', '.join(cannot)} (no such parameter)"
+        for name in case.checks:
+            yield result(name, Outcome("skip", why))
+        return
+    gold_fn, reference_fn, gold_backward_fn = (
+        with_attributes(f, attrs) for f in (gold_fn, reference_fn, gold_backward_fn)
+    )
 
     grad, grad_reason = options.check_grad, ""
     if not options.check_grad:
@@ -128,7 +172,7 @@ def run_case(
     ctx = CaseContext(
         op=op,
         case=case,
-        fn=loaded.fn,
+        fn=with_attributes(loaded.fn, attrs),
         gold_fn=gold_fn,
         reference_fn=reference_fn,
         device=torch_device(case.device),

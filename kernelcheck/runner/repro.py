@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from kernelcheck.cases.grid import Case
+from kernelcheck.cases.grid import Case, fmt_attr
 
 
 def shape_flags(shape: dict[str, int]) -> list[str]:
@@ -34,6 +34,9 @@ def repro_command(
         argv += ["--spec", str(spec)]
     argv += ["--candidate", case.candidate, "--device", case.device, "--dtype", case.dtype]
     argv += shape_flags(case.sizes)
+    for name, value in case.attrs:
+        if name in case.shown:
+            argv += ["--attr", f"{name}={fmt_attr(value)}"]
     argv += ["--checks", check]
     if seed is not None:
         argv += ["--seed", str(seed)]

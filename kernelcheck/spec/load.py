@@ -17,6 +17,7 @@ import tomllib
 from kernelcheck import dtypes
 from kernelcheck.errors import SpecError
 from kernelcheck.spec.model import (
+    VALUE_KINDS,
     CandidateSpec,
     CheckConfig,
     Dim,
@@ -39,6 +40,7 @@ _OP_KEYS = {
     "gold",
     "gold_backward",
     "reference",
+    "attributes",
     "timeout_s",
     "dims",
     "lead",
@@ -202,12 +204,41 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         outputs=outputs,
         grad_inputs=grad_inputs,
         out_of_range=oor,
-        tolerances=_parse_tolerances(_get(raw, "tolerance", dict, path, "", default={}), path),
+        tolerances=_parse_tolerances(
+            _get(raw, "tolerance", dict, path, "", default={}),
+            path,
+            {
+                "forward_accuracy": [o.name for o in outputs],
+                "backward_accuracy": list(grad_inputs),
+            },
+        ),
         grid=grid,
         checks=_parse_checks(_get(raw, "checks", dict, path, "", default={}), path),
         candidates=_parse_candidates(raw.get("candidate", []), path),
         timeout_s=float(_get(raw, "timeout_s", (int, float), path, "", default=600.0)),
+        attributes=_parse_attributes(_get(raw, "attributes", dict, path, "", default={}), path),
     )
+
+
+ATTRIBUTE_TYPES = (bool, int, float, str)
+
+
+def _parse_attributes(table: dict, path: Path) -> dict[str, tuple]:
+    """``eps = 1e-6`` (one value) or ``temperature = [1.0, 0.7]`` (a grid axis)."""
+    out = {}
+    for name, value in table.items():
+        key = f"attributes.{name}"
+        if not name.isidentifier():
+            raise SpecError(path, key, "expected a Python identifier (it is a keyword argument)")
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, ATTRIBUTE_TYPES) for v in values):
+            raise SpecError(
+                path,
+                key,
+                f"expected a number, bool or string, or a non-empty list of them, got {value!r}",
+            )
+        out[name] = tuple(values)
+    return out
 
 
 def _parse_dims(table: dict, path: Path) -> dict[str, Dim]:
@@ -243,7 +274,16 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
     key = f"input[{i}]"
     _check_keys(
         t,
-        {"name", "shape", "dtype", "values", "index_of", "index_into", "out_of_range_fraction"},
+        {
+            "name",
+            "shape",
+            "dtype",
+            "values",
+            "index_of",
+            "index_into",
+            "out_of_range_fraction",
+            "true_fraction",
+        },
         path,
         key,
     )
@@ -254,8 +294,17 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
         valid = ", ".join(["case", *dtypes.FIXED_DTYPES])
         raise SpecError(path, f"{key}.dtype", f"unknown dtype {dtype!r}; expected one of: {valid}")
     values = _get(t, "values", str, path, key, default="case")
-    if values not in ("case", "index"):
-        raise SpecError(path, f"{key}.values", f"expected 'case' or 'index', got {values!r}")
+    from kernelcheck.cases.inputs import DISTRIBUTIONS
+
+    if values not in VALUE_KINDS and values not in DISTRIBUTIONS:
+        raise SpecError(
+            path, f"{key}.values", _unknown("value kind", values, [*VALUE_KINDS, *DISTRIBUTIONS])
+        )
+    if values == "mask" and dtype != "bool":
+        raise SpecError(path, f"{key}.dtype", 'a mask input has dtype = "bool"')
+    true_fraction = float(_get(t, "true_fraction", (int, float), path, key, default=0.5))
+    if not 0.0 <= true_fraction <= 1.0:
+        raise SpecError(path, f"{key}.true_fraction", f"expected 0..1, got {true_fraction}")
     index_of = _get(t, "index_of", str, path, key, default=None)
     if values == "index" and index_of not in dims:
         raise SpecError(path, f"{key}.index_of", "an index input needs index_of = <a declared dim>")
@@ -270,6 +319,7 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
         index_of=index_of,
         index_into=_get(t, "index_into", str, path, key, default=None),
         out_of_range_fraction=frac,
+        true_fraction=true_fraction,
     )
 
 
@@ -334,7 +384,11 @@ def tolerance_tables() -> list[str]:
     return [c.judgment for c in CHECKS.values() if getattr(c, "judgment", "")]
 
 
-def _parse_tolerances(table: dict, path: Path) -> dict[str, dict[str, Tolerance]]:
+def _parse_tolerances(
+    table: dict, path: Path, names: dict[str, list[str]]
+) -> dict[str, dict[str, Tolerance]]:
+    """``[tolerance.<check>]``: ``dtype = { atol, rtol }`` entries (op-wide), and per output
+    or gradient ``[tolerance.<check>.<name>]`` tables of the same (kept as "name:dtype")."""
     out: dict[str, dict[str, Tolerance]] = {}
     valid = tolerance_tables()
     for judgment, per_dtype in table.items():
@@ -344,21 +398,41 @@ def _parse_tolerances(table: dict, path: Path) -> dict[str, dict[str, Tolerance]
         if not isinstance(per_dtype, dict):
             raise SpecError(path, key, f"expected a table of dtypes, got {_tname(per_dtype)}")
         out[judgment] = {}
+        own = names.get(judgment, [])
         for dname, tol in per_dtype.items():
-            short = dtypes.canonical(dname)
-            if short is None:
+            if dtypes.canonical(dname) is None and dname in own:
+                if not isinstance(tol, dict):
+                    raise SpecError(path, f"{key}.{dname}", "expected a table of dtypes")
+                for d, t in tol.items():
+                    short = _tolerance_dtype(d, path, f"{key}.{dname}.{d}")
+                    out[judgment][f"{dname}:{short}"] = _tolerance(t, path, f"{key}.{dname}.{d}")
+                continue
+            if dtypes.canonical(dname) is None:
+                valid = ["fp32", "bf16", "fp16", *own]
                 raise SpecError(
-                    path, f"{key}.{dname}", "unknown dtype; expected fp32, bf16 or fp16"
+                    path, f"{key}.{dname}", _unknown("dtype, output or gradient", dname, valid)
                 )
-            if not isinstance(tol, dict):
-                raise SpecError(path, f"{key}.{dname}", "expected { atol = X, rtol = Y }")
-            _check_keys(tol, {"atol", "rtol"}, path, f"{key}.{dname}")
-            atol = float(_get(tol, "atol", (int, float), path, f"{key}.{dname}"))
-            rtol = float(_get(tol, "rtol", (int, float), path, f"{key}.{dname}", default=0.0))
-            if atol < 0 or rtol < 0:
-                raise SpecError(path, f"{key}.{dname}", "atol and rtol must be >= 0")
-            out[judgment][short] = Tolerance(atol, rtol)
+            short = _tolerance_dtype(dname, path, f"{key}.{dname}")
+            out[judgment][short] = _tolerance(tol, path, f"{key}.{dname}")
     return out
+
+
+def _tolerance_dtype(name: str, path: Path, key: str) -> str:
+    short = dtypes.canonical(name)
+    if short is None:
+        raise SpecError(path, key, "unknown dtype; expected fp32, bf16 or fp16")
+    return short
+
+
+def _tolerance(tol, path: Path, key: str) -> Tolerance:
+    if not isinstance(tol, dict):
+        raise SpecError(path, key, "expected { atol = X, rtol = Y }")
+    _check_keys(tol, {"atol", "rtol"}, path, key)
+    atol = float(_get(tol, "atol", (int, float), path, key))
+    rtol = float(_get(tol, "rtol", (int, float), path, key, default=0.0))
+    if atol < 0 or rtol < 0:
+        raise SpecError(path, key, "atol and rtol must be >= 0")
+    return Tolerance(atol, rtol)
 
 
 def _parse_grid(t: dict, path: Path, dims: dict[str, Dim]) -> Grid:

@@ -23,8 +23,10 @@ class Dim:
 class InputSpec:
     """One input tensor.
 
-    ``dtype`` is ``"case"`` (the grid dtype) or a fixed dtype name. ``values`` is
-    ``"case"`` (drawn from the case's distribution) or ``"index"`` (integers in
+    ``dtype`` is ``"case"`` (the grid dtype) or a fixed dtype name. ``values`` says how
+    it is drawn (see ``VALUE_KINDS``): ``"case"`` (the case's distribution), a fixed
+    distribution's name (whatever the case's), ``"weight"`` (a norm's weight, near 1),
+    ``"mask"`` (bool, ``true_fraction`` of them true) or ``"index"`` (integers in
     ``[0, index_of)``, pointing into ``index_into`` along its last dim).
     """
 
@@ -35,6 +37,15 @@ class InputSpec:
     index_of: str | None = None
     index_into: str | None = None
     out_of_range_fraction: float = 0.0
+    true_fraction: float = 0.5  # values = "mask"
+
+
+VALUE_KINDS = {
+    "case": "the case's distribution (what the grid's distributions apply to)",
+    "index": "integers in [0, index_of), some out of range (out_of_range_fraction)",
+    "weight": "a norm's weight: 1 + 0.1 * standard normal",
+    "mask": "bool, true_fraction of them true (an attention mask)",
+}
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,9 @@ class OpSpec:
     # optional analytic float64 gradient, fn(upstream, **inputs) -> {input: grad};
     # without it the gold gradient is autograd of the gold
     gold_backward: str | None = None
+    # [attributes]: keyword arguments of the gold, the reference and every candidate
+    # (eps, temperature); each a tuple of values, more than one making a grid axis
+    attributes: dict[str, tuple] = field(default_factory=dict)
 
     @property
     def base_dir(self) -> Path:
@@ -128,5 +142,10 @@ class OpSpec:
         """True when the tensor starts with the lead dims, so its rows are independent."""
         return inp.shape[: len(self.lead)] == self.lead
 
-    def tolerance(self, judgment: str, dtype: str) -> Tolerance | None:
-        return self.tolerances.get(judgment, {}).get(dtype)
+    def tolerance(self, judgment: str, dtype: str, name: str | None = None) -> Tolerance | None:
+        """``[tolerance.<judgment>.<name>]`` for an output or gradient that has its own,
+        else the op-wide ``[tolerance.<judgment>]``."""
+        table = self.tolerances.get(judgment, {})
+        if name is not None and f"{name}:{dtype}" in table:
+            return table[f"{name}:{dtype}"]
+        return table.get(dtype)

@@ -1,0 +1,119 @@
+"""rms_norm: its gold, its shipped spec, its attribute, and a planted bug per check."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernelcheck import api
+from kernelcheck.errors import UsageError
+from kernelcheck.ops import rms_norm
+from tests.conftest import FIXTURES
+
+PLANTED = FIXTURES / "planted_rms_norm.toml"
+SMALL = {"batch": 2, "seq": 16, "hidden": 256}
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return api.load_catalog([PLANTED])
+
+
+def one(catalog, candidate: str, check: str, dtype: str = "fp32", **kw):
+    """The one result of one check of one candidate on the small fp32 shape, in process."""
+    kw.setdefault("shape", SMALL)
+    report = api.run(
+        catalog,
+        "rms_norm",
+        candidate_names=[candidate],
+        dtype_names=dtype,
+        check_names=[check],
+        isolate=False,
+        **kw,
+    )
+    (res,) = report.results
+    return res
+
+
+def test_gold_matches_the_definition():
+    x = torch.randn(3, 5, dtype=torch.float64)
+    w = torch.randn(5, dtype=torch.float64)
+    want = x / torch.sqrt((x**2).sum(-1, keepdim=True) / 5 + 1e-6) * w
+    assert torch.allclose(rms_norm.gold(x, w, 1e-6), want, rtol=1e-14, atol=0)
+
+
+def test_the_shipped_spec_passes_the_honest_candidate(catalog):
+    report = api.run(catalog, "rms_norm", candidate_names=["torch"], isolate=False)
+    assert report.results and report.passed, [
+        (r.case_id, r.check, r.message) for r in report.results if r.status != "pass"
+    ]
+    # the weight gradient has its own tolerance, the x gradient the op-wide one
+    back = next(r for r in report.results if r.check == "backward_accuracy")
+    assert back.tolerance["per_name"]["weight"]["atol"] > back.tolerance["atol"]
+
+
+PLANTED_BUGS = [
+    # (candidate, check, dtype, what the message says)
+    ("no-eps", "forward_accuracy", "fp32", "NaN/Inf where gold is finite"),
+    ("bf16-mean", "forward_precision", "fp32", "lower precision than fp32"),
+    ("batch-dependent-split", "forward_invariance", "bf16", "differ in bits"),
+    ("in-place", "integrity", "fp32", "changed input 'x'"),
+]
+
+
+@pytest.mark.parametrize(
+    "name,check,dtype,fragment", PLANTED_BUGS, ids=[p[0] for p in PLANTED_BUGS]
+)
+def test_each_planted_bug_fails_its_check(planted, name, check, dtype, fragment):
+    for cand, want in ((name, "fail"), ("torch", "pass")):
+        res = one(planted, cand, check, dtype)
+        assert res.status == want, (cand, res.message)
+        if want == "fail":
+            assert fragment in res.message, res.message
+
+
+def test_no_eps_is_caught_on_zero_rows_whatever_else_the_grid_draws(planted):
+    """The real failure of a missing eps (NaN on an all-zero padding row) needs the
+    zero_rows distribution: normal data alone passes the buggy kernel."""
+    kw = dict(candidate_names=["no-eps"], dtype_names="fp32", shape=SMALL, isolate=False)
+    normal = api.run(
+        planted, "rms_norm", check_names=["forward_accuracy"], distributions="normal", **kw
+    )
+    zero = api.run(
+        planted, "rms_norm", check_names=["forward_accuracy"], distributions="zero_rows", **kw
+    )
+    assert normal.results[0].status == "pass" and zero.results[0].status == "fail"
+
+
+def test_an_attribute_set_on_the_command_line_is_in_the_id_and_the_repro(catalog, tmp_path):
+    res = one(catalog, "torch", "forward_accuracy", attributes={"eps": 1e-2})
+    assert res.status == "pass" and res.case_id == "torch-fp32-2x16x256-eps=0.01"
+    assert "--attr eps=0.01" in res.repro
+    out = subprocess.run(res.repro.split(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "eps=0.01" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_gold_sees_the_attribute(planted):
+    """At a large eps the no-eps kernel is plainly wrong even without zero rows."""
+    res = one(
+        planted, "no-eps", "forward_accuracy", distributions="normal", attributes={"eps": 1.0}
+    )
+    assert res.status == "fail"
+
+
+def test_unknown_attribute_is_a_usage_error(catalog):
+    with pytest.raises(UsageError, match="unknown attribute 'epsilon'.*valid: eps"):
+        api.plan(catalog, "rms_norm", attributes={"epsilon": 1e-5})
+
+
+def test_the_cli_refuses_a_malformed_attr():
+    out = subprocess.run(
+        [sys.executable, "-m", "kernelcheck", "run", "--op", "rms_norm", "--attr", "eps"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 2 and "--attr: expected NAME=VALUE" in out.stderr
