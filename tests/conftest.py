@@ -29,15 +29,22 @@ def catalog():
 
 
 def with_candidate(catalog, name: str, callable_: str, backward: bool = True, isolate=None):
-    """The built-in catalog plus one candidate from ``tests/fixtures`` (as a spec would)."""
+    """The built-in catalog plus one logp candidate from ``tests/fixtures`` (as a spec would)."""
+    return with_op_candidate(catalog, "logp", name, callable_, backward, isolate)
+
+
+def with_op_candidate(
+    catalog, op_name: str, name: str, callable_: str, backward: bool = True, isolate=None
+):
+    """The catalog plus one candidate of ``op_name`` from ``tests/fixtures``."""
     from dataclasses import replace
 
-    op = catalog.ops["logp"]
+    op = catalog.ops[op_name]
     cand = CandidateSpec(
         name, callable_, ("cpu",), FIXTURES / "spec.toml", backward=backward, isolate=isolate
     )
     ops = dict(catalog.ops)
-    ops["logp"] = replace(op, candidates={**op.candidates, name: cand})
+    ops[op_name] = replace(op, candidates={**op.candidates, name: cand})
     return replace(catalog, ops=ops)
 
 

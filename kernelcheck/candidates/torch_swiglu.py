@@ -1,12 +1,66 @@
-"""The ``torch`` candidate of swiglu: ``silu(gate) * up`` in fp32, rounded once."""
+"""The ``torch`` candidate of swiglu: ``silu(gate) * up`` in fp32, rounded once.
+
+Batch-invariant on the CPU by construction. torch's CPU ``sigmoid`` computes whole SIMD
+vectors and a scalar tail, and the two give other bits for some inputs: on a flat
+``[rows, inter]`` tensor a row's elements fall wherever the batch puts them, so a row's
+result depends on the batch (kernelcheck's ``forward_invariance`` catches a plain
+``g * torch.sigmoid(g) * u`` at inter = 1000). Here every row is padded to a multiple of
+``LANES`` columns and evaluated in single-threaded chunks of whole padded rows (below
+torch's parallel grain), so each element always sits in the same vector lane.
+"""
 
 from __future__ import annotations
 
 import torch
 
-IMPLEMENTATION = "torch:fp32-swiglu"
+IMPLEMENTATION = "torch:fp32-swiglu(padded rows)"
+LANES = 64  # a multiple of every SIMD width torch uses
+CHUNK_ELEMENTS = 32768  # torch's parallel grain: a chunk runs on one thread
+
+
+def fixed_lanes(fn, g: torch.Tensor) -> torch.Tensor:
+    """``fn`` (elementwise) of fp32 rows ``[rows, n]``, each element in a vector lane fixed
+    by its column: rows padded to ``LANES`` columns, in one-thread chunks of whole rows."""
+    rows, n = g.shape
+    width = -(-n // LANES) * LANES
+    step = max(1, CHUNK_ELEMENTS // width)
+    out = torch.empty_like(g)
+    for start in range(0, rows, step):
+        part = g[start : start + step]
+        buf = torch.zeros(part.shape[0], width, dtype=torch.float32, device=g.device)
+        buf[:, :n] = part
+        out[start : start + step] = fn(buf)[:, :n]
+    return out
+
+
+def _silu(b: torch.Tensor) -> torch.Tensor:
+    return b * torch.sigmoid(b)
+
+
+class _Swiglu(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        g = gate.float().reshape(-1, gate.shape[-1])
+        u = up.float().reshape(-1, up.shape[-1])
+        silu = fixed_lanes(_silu, g)
+        ctx.save_for_backward(gate, up)
+        return (silu * u).to(gate.dtype).view(gate.shape)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        gate, up = ctx.saved_tensors
+        n = gate.shape[-1]
+        g = gate.float().reshape(-1, n)
+        u = up.float().reshape(-1, n)
+        dy = grad.float().reshape(-1, n)
+        silu = fixed_lanes(_silu, g)
+        # d silu / dg = s + g s (1 - s) = s + silu (1 - s), s = sigmoid(g), fixed lanes too
+        sig = fixed_lanes(torch.sigmoid, g)
+        dsilu = sig + silu * (1 - sig)
+        d_gate = (dy * u * dsilu).to(gate.dtype).view(gate.shape)
+        d_up = (dy * silu).to(up.dtype).view(up.shape)
+        return d_gate, d_up
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    g = gate.float()
-    return (g * torch.sigmoid(g) * up.float()).to(gate.dtype)
+    return _Swiglu.apply(gate, up)

@@ -130,3 +130,71 @@ def test_draw_does_not_depend_on_the_thread_count(catalog, monkeypatch):
     monkeypatch.setattr(inputs, "_POOL", ThreadPoolExecutor(1))
     one = make_inputs(op, sizes, "bf16", 3, "normal+lm")
     assert torch.equal(many["logits"].view(torch.int16), one["logits"].view(torch.int16))
+
+
+PER_INPUT_SPEC = """\
+op = "mixed_inputs"
+gold = "kernelcheck.ops.swiglu:gold"
+lead = ["batch"]
+[dims]
+batch = { default = 8 }
+hidden = { default = 64 }
+[[input]]
+name = "x"
+shape = ["batch", "hidden"]
+[[input]]
+name = "weight"
+shape = ["hidden"]
+values = "weight"
+[[input]]
+name = "old"
+shape = ["batch"]
+dtype = "float32"
+values = "normal"
+[[input]]
+name = "mask"
+shape = ["batch", "hidden"]
+dtype = "bool"
+values = "mask"
+true_fraction = 0.25
+[[output]]
+name = "y"
+shape = ["batch", "hidden"]
+dtype = "like:x"
+[grid]
+dtypes = ["bf16"]
+shapes = [{ batch = 8 }]
+"""
+
+
+def test_each_input_draws_from_its_own_generator(tmp_path):
+    """The case's distribution applies to values = "case" inputs only: a norm's weight
+    stays near 1 and a fixed-dtype "normal" input stays normal under 'large' and
+    'masked'; a mask is bool with its true fraction."""
+    from kernelcheck.spec import load_catalog
+
+    path = tmp_path / "mixed.toml"
+    path.write_text(PER_INPUT_SPEC)
+    op = load_catalog([path], builtin=False).op("mixed_inputs")
+    sizes = {"batch": 4096, "hidden": 64}
+    for dist in ("large", "masked"):
+        t = make_inputs(op, sizes, "bf16", 0, dist)
+        assert t["x"].dtype == torch.bfloat16
+        w = t["weight"].float()
+        assert t["weight"].dtype == torch.bfloat16 and (w - 1).abs().max() < 0.7
+        assert t["old"].dtype == torch.float32 and t["old"].abs().max() < 8
+        assert torch.isfinite(t["old"]).all() and torch.isfinite(w).all()
+        m = t["mask"]
+        assert m.dtype == torch.bool and 0.2 < m.float().mean() < 0.3
+    assert make_inputs(op, sizes, "bf16", 0, "large")["x"].float().abs().min() > 1e3
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_zero_and_tiny_rows(catalog, dtype):
+    op = catalog.op("rms_norm")
+    sizes = {"batch": 8, "hidden": 256}
+    zero = make_inputs(op, sizes, dtype, 0, "zero_rows")["x"].float()
+    tiny = make_inputs(op, sizes, dtype, 0, "tiny_rows")["x"].float()
+    rms = tiny.square().mean(-1).sqrt()
+    assert (zero[::4] == 0).all() and (zero[1::4].abs().amax(-1) > 0).all()
+    assert (rms[::4] > 0).all() and (rms[::4] < 1e-3).all() and (rms[1::4] > 0.5).all()

@@ -117,3 +117,15 @@ def test_the_cli_refuses_a_malformed_attr():
         timeout=120,
     )
     assert out.returncode == 2 and "--attr: expected NAME=VALUE" in out.stderr
+
+
+def test_a_candidate_without_the_attribute_runs_at_the_default_and_is_skipped_elsewhere(
+    catalog,
+):
+    """An op can gain an attribute without breaking existing candidates."""
+    from tests.conftest import with_op_candidate
+
+    cat = with_op_candidate(catalog, "rms_norm", "no-eps-param", "broken_rms_norm:fixed_eps")
+    assert one(cat, "no-eps-param", "forward_accuracy").status == "pass"
+    res = one(cat, "no-eps-param", "forward_accuracy", attributes={"eps": 1e-3})
+    assert res.status == "skip" and "does not take eps=0.001" in res.message

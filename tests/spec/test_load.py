@@ -117,6 +117,23 @@ BAD = [
         "duplicate",
     ),
     (
+        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nvalues = "wieght"\n'),
+        "input.logits.values",
+        "did you mean 'weight'",
+    ),
+    (
+        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nvalues = "mask"\n'),
+        "input.logits.dtype",
+        'a mask input has dtype = "bool"',
+    ),
+    (LOGP_HEAD + "[attributes]\neps = []\n", "attributes.eps", "non-empty list"),
+    (LOGP_HEAD + "[attributes]\neps = { a = 1 }\n", "attributes.eps", "a number, bool or string"),
+    (
+        LOGP_HEAD + "[tolerance.forward_accuracy.lgop]\nfp32 = { atol = 1e-5 }\n",
+        "tolerance.forward_accuracy.lgop",
+        "did you mean 'logp'",
+    ),
+    (
         LOGP_HEAD + "[tolerance.forward_acuracy]\nfp32 = { atol = 1e-5 }\n",
         "tolerance.forward_acuracy",
         "did you mean 'forward_accuracy'",
@@ -197,3 +214,16 @@ def test_dim_expressions_never_eval():
     assert eval_dim_expr(-100, {"vocab": 10}) == -100
     with pytest.raises(ValueError):
         eval_dim_expr("__import__('os')", {"vocab": 10})
+
+
+def test_per_name_tolerances_fall_back_to_the_op_wide_table(tmp_path):
+    text = LOGP_HEAD + (
+        "[tolerance.forward_accuracy]\nfp32 = { atol = 1e-5 }\n"
+        "[tolerance.forward_accuracy.logp]\nbf16 = { atol = 0.5, rtol = 0.1 }\n"
+        '[attributes]\ntemperature = [1.0, 0.7]\nmode = "mean"\n'
+    )
+    op = load_catalog([write(tmp_path, text)], builtin=False).op("mini")
+    assert op.tolerance("forward_accuracy", "fp32", "logp").atol == 1e-5
+    assert op.tolerance("forward_accuracy", "bf16", "logp").rtol == 0.1
+    assert op.tolerance("forward_accuracy", "bf16") is None
+    assert op.attributes == {"temperature": (1.0, 0.7), "mode": ("mean",)}
