@@ -198,7 +198,7 @@ class CaseContext:
         ]
 
 
-IN_PLACE_BYTES = 1 << 30  # CPU inputs this large are not copied for a call (see own_call)
+IN_PLACE_BYTES = 1 << 28  # CPU inputs this large are not copied for a call (see own_call)
 
 
 class Trial:
@@ -271,11 +271,11 @@ class Trial:
 
         Fresh device copies, so a candidate that writes its inputs spoils nothing else;
         but on the CPU, inputs of ``IN_PLACE_BYTES`` or more are the trial's own tensors, so
-        a GB-sized input is never held twice: their 64-bit row digests, taken before the
+        a GB-sized input is never held twice: their 32-bit row digests, taken before the
         first call, tell afterwards whether the candidate wrote them, and a written input
-        is drawn again before anyone reads it (a digest pass costs about what a copy
-        does, so smaller inputs are copied). ``phase`` names a watched call: its
-        integrity findings are kept.
+        is drawn again before anyone reads it. Smaller inputs are copied: cheap, and
+        a write is then counted element by element. ``phase`` names a watched call:
+        its integrity findings are kept.
         """
         on_cpu = self.ctx.device.type == "cpu" and self.input_bytes >= IN_PLACE_BYTES
         if on_cpu:

@@ -1,6 +1,6 @@
 """``determinism``: repeated runs on the same input give the same bits.
 
-Outputs (one value per row) are compared whole; gradients by 64-bit row digests
+Outputs (one value per row) are compared whole; gradients by 32-bit row digests
 (:func:`~kernelcheck.checks.metrics.row_digests`), so a repeat never holds two copies of
 a Qwen3-sized gradient: the trial's own gradient is freed before the repeats run.
 """

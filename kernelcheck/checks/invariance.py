@@ -142,7 +142,7 @@ class _Invariance(Check):
         # alone: the reference bits of every row
         self.progress("alone (batch 1)")
         alone = [run([r], (1,), False) for r in range(rows)]
-        # each row's bits alone, as 64-bit row digests (a single changed element always
+        # each row's bits alone, as 32-bit row digests (a single changed element always
         # shows); the rows themselves stay for the first difference's message
         digests = [torch.cat([row_digests(a[k]) for a in alone]) for k in range(len(alone[0]))]
         reference = (alone, digests)
