@@ -65,3 +65,19 @@ def run_small(catalog, candidate: str, checks, dtype="fp32", shape=None, **kw):
         **kw,
     )
     return {r.check: r for r in report.results}
+
+
+def run_one(catalog, op: str, candidate: str, check: str, dtype: str, shape: dict, **kw):
+    """The one result of one check of one candidate on one shape, in process."""
+    report = api.run(
+        catalog,
+        op,
+        candidate_names=[candidate],
+        dtype_names=dtype,
+        shape=shape,
+        check_names=[check],
+        isolate=False,
+        **kw,
+    )
+    (res,) = report.results
+    return res

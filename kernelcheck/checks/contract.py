@@ -108,7 +108,9 @@ class Contract(Check):
             ) from None
         want = torch.tensor(rule.output, dtype=torch.float32)
         before = len(self.problems)
-        for o in outs:
+        for spec, o in zip(self.ctx.op.outputs, outs):
+            if rule.outputs and spec.name not in rule.outputs:
+                continue  # the rule is scoped to other outputs
             flat = o.detach().cpu().reshape(-1)
             if flat.numel() != idx.numel():
                 continue  # the shape problem is reported by _types
@@ -117,7 +119,8 @@ class Contract(Check):
             if bool(bad.any()):
                 k = int(bad.nonzero()[0])
                 self.problems.append(
-                    f"{rule.input}={int(idx[rows[k]])} (out of range) gave {got[k].item()!r}, "
+                    f"{spec.name}: {rule.input}={int(idx[rows[k]])} (out of range) gave "
+                    f"{got[k].item()!r}, "
                     f"expected exactly {rule.output!r}: "
                     + first_bit_difference(got[k : k + 1].float(), want.view(1))
                 )
@@ -126,6 +129,8 @@ class Contract(Check):
             _, grads = self.ctx.call_backward(self.ctx.to_device(inputs), upstream)
             for n, g in grads.items():
                 if not self.ctx.op.is_row_wise(self.ctx.op.input(n)):
+                    continue
+                if rule.gradients and n not in rule.gradients:
                     continue
                 g_rows = g.cpu().reshape(idx.numel(), -1)[rows]
                 if bool((g_rows != 0).any()):

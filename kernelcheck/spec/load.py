@@ -188,7 +188,9 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
             raise SpecError(path, "backward.inputs", f"unknown input {g!r}; inputs: {names}")
     contract = _get(raw, "contract", dict, path, "", default={})
     _check_keys(contract, {"out_of_range"}, path, "contract")
-    oor = _parse_out_of_range(contract.get("out_of_range"), path, inputs)
+    oor = _parse_out_of_range(
+        contract.get("out_of_range"), path, inputs, [o.name for o in outputs], list(grad_inputs)
+    )
     grid = _parse_grid(_get(raw, "grid", dict, path, ""), path, dims)
     return OpSpec(
         name=name,
@@ -339,13 +341,15 @@ def _parse_output(t: dict, path: Path, i: int, dims: dict[str, Dim], inputs: lis
     return OutputSpec(name, _shape(t.get("shape"), path, f"{key}.shape", dims), dtype)
 
 
-def _parse_out_of_range(t, path: Path, inputs: tuple[InputSpec, ...]) -> OutOfRangeRule | None:
+def _parse_out_of_range(
+    t, path: Path, inputs: tuple[InputSpec, ...], outputs: list[str], grad_inputs: list[str]
+) -> OutOfRangeRule | None:
     if t is None:
         return None
     key = "contract.out_of_range"
     if not isinstance(t, dict):
         raise SpecError(path, key, f"expected a table, got {_tname(t)}")
-    _check_keys(t, {"input", "values", "output"}, path, key)
+    _check_keys(t, {"input", "values", "output", "outputs", "gradients"}, path, key)
     name = _get(t, "input", str, path, key)
     match = [i for i in inputs if i.name == name and i.values == "index"]
     if not match:
@@ -361,7 +365,14 @@ def _parse_out_of_range(t, path: Path, inputs: tuple[InputSpec, ...]) -> OutOfRa
         if not isinstance(v, (int, str)) or isinstance(v, bool):
             raise SpecError(path, f"{key}.values", f"expected an int or 'dim+N', got {v!r}")
     output = float(_get(t, "output", (int, float), path, key, default=0.0))
-    return OutOfRangeRule(name, tuple(values), output)
+    scope = {}
+    for field_name, valid in (("outputs", outputs), ("gradients", grad_inputs)):
+        names = _str_list(t, field_name, path, key, default=[])
+        for n in names:
+            if n not in valid:
+                raise SpecError(path, f"{key}.{field_name}", _unknown("name", n, valid))
+        scope[field_name] = tuple(names)
+    return OutOfRangeRule(name, tuple(values), output, **scope)
 
 
 def eval_dim_expr(value: str | int, shape: dict[str, int]) -> int:

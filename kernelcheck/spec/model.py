@@ -65,11 +65,17 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class OutOfRangeRule:
-    """Index values outside ``[0, dim)`` must give exactly ``output`` and a zero gradient."""
+    """Index values outside ``[0, dim)`` must give exactly ``output`` and a zero gradient.
+
+    ``outputs`` and ``gradients`` scope it by name (empty: every output, every row-wise
+    gradient): a fused logp + entropy kernel's entropy is not 0 on ignored rows.
+    """
 
     input: str
     values: tuple[str | int, ...]
     output: float = 0.0
+    outputs: tuple[str, ...] = ()
+    gradients: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import torch
 from kernelcheck import api
 from kernelcheck.errors import UsageError
 from kernelcheck.ops import rms_norm
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, run_one
 
 PLANTED = FIXTURES / "planted_rms_norm.toml"
 SMALL = {"batch": 2, "seq": 16, "hidden": 256}
@@ -23,19 +23,8 @@ def planted():
 
 
 def one(catalog, candidate: str, check: str, dtype: str = "fp32", **kw):
-    """The one result of one check of one candidate on the small fp32 shape, in process."""
-    kw.setdefault("shape", SMALL)
-    report = api.run(
-        catalog,
-        "rms_norm",
-        candidate_names=[candidate],
-        dtype_names=dtype,
-        check_names=[check],
-        isolate=False,
-        **kw,
-    )
-    (res,) = report.results
-    return res
+    """The one result of one check of one candidate on the small shape, in process."""
+    return run_one(catalog, "rms_norm", candidate, check, dtype, SMALL, **kw)
 
 
 def test_gold_matches_the_definition():

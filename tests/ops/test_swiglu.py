@@ -7,7 +7,7 @@ import torch
 
 from kernelcheck import api
 from kernelcheck.ops import swiglu
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, run_one
 
 SMALL = {"batch": 2, "seq": 16, "inter": 256}
 
@@ -38,16 +38,7 @@ PLANTED_BUGS = [
 def test_each_planted_bug_fails_its_check(name, check, dtype, fragment):
     planted = api.load_catalog([FIXTURES / "planted_swiglu.toml"])
     for cand, want in ((name, "fail"), ("torch", "pass")):
-        report = api.run(
-            planted,
-            "swiglu",
-            candidate_names=[cand],
-            dtype_names=dtype,
-            shape=SMALL,
-            check_names=[check],
-            isolate=False,
-        )
-        (res,) = report.results
+        res = run_one(planted, "swiglu", cand, check, dtype, SMALL)
         assert res.status == want, (cand, res.message)
         if want == "fail":
             assert fragment in res.message, res.message
