@@ -225,3 +225,23 @@ def test_the_installed_plugin_runs_clean_outside_the_repo(pytester, spec):
     out = res.stdout.str() + res.stderr.str()
     assert res.ret == 0, out
     assert "PytestAssertRewriteWarning" not in out and "warnings summary" not in out, out
+
+
+@pytest.mark.parametrize(
+    "op,shape",
+    [
+        ("rms_norm", "batch=2,hidden=64"),
+        ("swiglu", "batch=2,inter=64"),
+        ("entropy", "batch=2,vocab=64"),
+    ],
+)
+def test_every_shipped_op_runs_as_pytest_items(pytester, op, shape):
+    res = pytester.runpytest_inprocess(
+        *_plugin(),
+        f"--kernelcheck-spec={TESTS.parent / 'specs' / f'{op}.toml'}",
+        f"--kernelcheck-op={op}",
+        "--kernelcheck-device=cpu",
+        "--kernelcheck-dtype=fp32",
+        f"--kernelcheck-shape={shape}",
+    )
+    res.assert_outcomes(passed=len(CHECKS))
