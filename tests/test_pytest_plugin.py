@@ -233,6 +233,7 @@ def test_the_installed_plugin_runs_clean_outside_the_repo(pytester, spec):
         ("rms_norm", "batch=2,hidden=64"),
         ("swiglu", "batch=2,inter=64"),
         ("entropy", "batch=2,vocab=64"),
+        ("ratio_kl", "batch=2,vocab=64"),
     ],
 )
 def test_every_shipped_op_runs_as_pytest_items(pytester, op, shape):

@@ -50,7 +50,15 @@ class Contract(Check):
             return
         self.done, self.trial = True, trial
         # every probe runs and reports on its own: one that raises never hides the next
-        for part in (self._types, self._out_of_range, self._empty, self._strided):
+        probes = (
+            self._types,
+            self._out_of_range,
+            self._masked,
+            self._must_raise,
+            self._empty,
+            self._strided,
+        )
+        for part in probes:
             probe = part.__name__.strip("_")
             self.progress(probe)
             try:
@@ -137,6 +145,71 @@ class Contract(Check):
                     self.problems.append(f"gradient:{n} is not zero on out-of-range rows")
         if len(self.problems) == before:
             self.passed.append(f"out-of-range {rule.input} -> {rule.output}")
+
+    def _masked(self, trial: Trial) -> None:
+        """Every other row masked out (with out-of-range ids there, when the rule says any
+        id goes): exactly the declared outputs there, a zero gradient, and the active rows
+        as they are with the masked rows left as drawn."""
+        rule = self.ctx.op.masked
+        if rule is None:
+            return
+        inputs, lead = self._head(trial)
+        mask = inputs[rule.mask].reshape(-1)
+        mask[:] = True
+        mask[::2] = False
+        masked = (~mask).nonzero().flatten()
+        for name in rule.any_index:  # masked positions may hold any id
+            ids = inputs[name].reshape(-1)
+            bound = self.ctx.sizes[self.ctx.op.input(name).index_of]
+            ids[masked] = torch.tensor([-1, bound + 7], dtype=ids.dtype).repeat(len(masked))[
+                : len(masked)
+            ]
+        before = len(self.problems)
+        outs = self.ctx.call(self.ctx.to_device(inputs))
+        names = [o.name for o in self.ctx.op.outputs]
+        for name, value in rule.outputs:
+            got = outs[names.index(name)].detach().cpu().reshape(-1)[masked].float()
+            want = torch.full_like(got, value)
+            bad = bits(got) != bits(want)
+            if bool(bad.any()):
+                k = int(bad.nonzero()[0])
+                self.problems.append(
+                    f"{name}: masked position {int(masked[k])} gave {got[k].item()!r}, expected "
+                    f"exactly {value!r}: " + first_bit_difference(got[k : k + 1], want[:1])
+                )
+        if self.ctx.grad:
+            upstream = self.ctx.upstream(trial.seed, lead)
+            _, grads = self.ctx.call_backward(self.ctx.to_device(inputs), upstream)
+            for n, g in grads.items():
+                if self.ctx.op.is_row_wise(self.ctx.op.input(n)):
+                    g_rows = g.cpu().reshape(mask.numel(), -1)[masked]
+                    if bool((g_rows != 0).any()):
+                        self.problems.append(f"gradient:{n} is not zero at masked positions")
+        if len(self.problems) == before:
+            self.passed.append(f"masked ({rule.mask} false) -> exact outputs")
+
+    def _must_raise(self, trial: Trial) -> None:
+        """Each declared value at an active position must make the candidate raise."""
+        rule = self.ctx.op.must_raise
+        if rule is None:
+            return
+        before = len(self.problems)
+        for value in rule.values:
+            inputs, _ = self._head(trial)
+            if rule.where:
+                inputs[rule.where].reshape(-1)[0] = True
+            v = eval_dim_expr(value, self.ctx.sizes)
+            inputs[rule.input].reshape(-1)[0] = v
+            try:
+                self.ctx.call(self.ctx.to_device(inputs))
+            except CandidateFault as exc:
+                if exc.out_of_memory:
+                    raise
+                continue  # raised, as the contract asks
+            where = f" at an active position ({rule.where} true)" if rule.where else ""
+            self.problems.append(f"{rule.input}={v}{where} did not raise")
+        if len(self.problems) == before:
+            self.passed.append(f"{rule.input} out of range -> raises")
 
     def _empty(self, trial: Trial) -> None:
         if not self.ctx.op.lead:

@@ -23,9 +23,11 @@ from kernelcheck.spec.model import (
     Dim,
     Grid,
     InputSpec,
+    MaskedRule,
     OpSpec,
     OutOfRangeRule,
     OutputSpec,
+    RaiseRule,
     Tolerance,
 )
 
@@ -187,7 +189,7 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         if g not in names:
             raise SpecError(path, "backward.inputs", f"unknown input {g!r}; inputs: {names}")
     contract = _get(raw, "contract", dict, path, "", default={})
-    _check_keys(contract, {"out_of_range"}, path, "contract")
+    _check_keys(contract, {"out_of_range", "masked", "must_raise"}, path, "contract")
     oor = _parse_out_of_range(
         contract.get("out_of_range"), path, inputs, [o.name for o in outputs], list(grad_inputs)
     )
@@ -219,7 +221,66 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         candidates=_parse_candidates(raw.get("candidate", []), path),
         timeout_s=float(_get(raw, "timeout_s", (int, float), path, "", default=600.0)),
         attributes=_parse_attributes(_get(raw, "attributes", dict, path, "", default={}), path),
+        masked=_parse_masked(contract.get("masked"), path, inputs, [o.name for o in outputs]),
+        must_raise=_parse_must_raise(contract.get("must_raise"), path, inputs),
     )
+
+
+def _input_of(name, kinds: tuple[str, ...], inputs, path: Path, key: str) -> str:
+    found = [i for i in inputs if i.name == name and i.values in kinds]
+    if not isinstance(name, str) or not found:
+        valid = [i.name for i in inputs if i.values in kinds]
+        raise SpecError(path, key, _unknown(f"{'/'.join(kinds)} input", str(name), valid))
+    return name
+
+
+def _rule_table(t, path: Path, key: str, keys: set[str]) -> dict:
+    if not isinstance(t, dict):
+        raise SpecError(path, key, f"expected a table, got {_tname(t)}")
+    _check_keys(t, keys, path, key)
+    return t
+
+
+def _parse_masked(t, path: Path, inputs, outputs: list[str]) -> MaskedRule | None:
+    if t is None:
+        return None
+    key = "contract.masked"
+    _rule_table(t, path, key, {"mask", "outputs", "any_index"})
+    mask = _input_of(t.get("mask"), ("mask",), inputs, path, f"{key}.mask")
+    values = _get(t, "outputs", dict, path, key)
+    for name, v in values.items():
+        if name not in outputs:
+            raise SpecError(path, f"{key}.outputs.{name}", _unknown("output", name, outputs))
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise SpecError(path, f"{key}.outputs.{name}", f"expected a number, got {v!r}")
+    any_index = tuple(
+        _input_of(n, ("index",), inputs, path, f"{key}.any_index")
+        for n in _str_list(t, "any_index", path, key, default=[])
+    )
+    return MaskedRule(mask, tuple((k, float(v)) for k, v in values.items()), any_index)
+
+
+def _parse_must_raise(t, path: Path, inputs) -> RaiseRule | None:
+    if t is None:
+        return None
+    key = "contract.must_raise"
+    _rule_table(t, path, key, {"input", "values", "where"})
+    name = _input_of(t.get("input"), ("index",), inputs, path, f"{key}.input")
+    values = t.get("values")
+    if (
+        not isinstance(values, list)
+        or not values
+        or not all(
+            (isinstance(v, int) and not isinstance(v, bool))
+            or (isinstance(v, str) and _DIM_EXPR.match(v))
+            for v in values
+        )
+    ):
+        raise SpecError(path, f"{key}.values", "expected a non-empty list of ints or 'dim+N'")
+    where = t.get("where")
+    if where is not None:
+        where = _input_of(where, ("mask",), inputs, path, f"{key}.where")
+    return RaiseRule(name, tuple(values), where)
 
 
 ATTRIBUTE_TYPES = (bool, int, float, str)

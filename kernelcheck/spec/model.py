@@ -79,6 +79,27 @@ class OutOfRangeRule:
 
 
 @dataclass(frozen=True)
+class MaskedRule:
+    """Where the bool input ``mask`` is false, each output in ``outputs`` is exactly its
+    value and every row-wise gradient is zero, whatever the index inputs in
+    ``any_index`` hold there (out-of-range ids included): ratio_kl's neutral padding."""
+
+    mask: str
+    outputs: tuple[tuple[str, float], ...]
+    any_index: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RaiseRule:
+    """``input`` holding one of ``values`` (at a position where ``where``, a bool mask
+    input, is true) must make the candidate raise: an out-of-range id that would be read."""
+
+    input: str
+    values: tuple[str | int, ...]
+    where: str | None = None
+
+
+@dataclass(frozen=True)
 class CandidateSpec:
     name: str
     callable: str
@@ -136,6 +157,8 @@ class OpSpec:
     # [attributes]: keyword arguments of the gold, the reference and every candidate
     # (eps, temperature); each a tuple of values, more than one making a grid axis
     attributes: dict[str, tuple] = field(default_factory=dict)
+    masked: MaskedRule | None = None  # [contract.masked]
+    must_raise: RaiseRule | None = None  # [contract.must_raise]
 
     @property
     def base_dir(self) -> Path:

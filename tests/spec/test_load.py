@@ -127,6 +127,16 @@ BAD = [
         'a mask input has dtype = "bool"',
     ),
     (LOGP_HEAD + "[attributes]\neps = []\n", "attributes.eps", "non-empty list"),
+    (
+        LOGP_HEAD + '[contract.masked]\nmask = "target"\noutputs = { logp = 0.0 }\n',
+        "contract.masked.mask",
+        "unknown mask input 'target'",
+    ),
+    (
+        LOGP_HEAD + '[contract.must_raise]\ninput = "target"\nvalues = [-1, 1.5]\n',
+        "contract.must_raise.values",
+        "ints or 'dim+N'",
+    ),
     (LOGP_HEAD + "[attributes]\neps = { a = 1 }\n", "attributes.eps", "a number, bool or string"),
     (
         LOGP_HEAD + "[tolerance.forward_accuracy.lgop]\nfp32 = { atol = 1e-5 }\n",

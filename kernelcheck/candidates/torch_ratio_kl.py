@@ -1,0 +1,25 @@
+"""The ``torch`` candidate of ratio_kl: selected logps by the batch-invariant ``torch``
+logp candidate (fixed-order row sums), then the ratio and the KL in fp32."""
+
+from __future__ import annotations
+
+import torch
+
+from kernelcheck.candidates.torch_logp import logp
+
+IMPLEMENTATION = "torch:fp32-ratio_kl"
+
+
+def ratio_kl(policy_logits, ref_logits, action_ids, attention_mask, old_logps):
+    vocab = policy_logits.shape[-1]
+    bad = attention_mask & ((action_ids < 0) | (action_ids >= vocab))
+    if bool(bad.any()):
+        raise ValueError(f"action id outside [0, {vocab}) at an active (unmasked) position")
+    safe = torch.where(attention_mask, action_ids, torch.zeros_like(action_ids))
+    lp = logp(policy_logits, safe)
+    with torch.no_grad():
+        lr = logp(ref_logits, safe)
+    zero = torch.zeros_like(lp)
+    delta = torch.where(attention_mask, lp - old_logps.float(), zero)
+    diff = torch.where(attention_mask, lr - lp, zero)
+    return torch.exp(delta), torch.exp(diff) - diff - 1

@@ -1,0 +1,47 @@
+"""ratio_kl: its gold, its shipped spec, and its two contract rules, each shown failing
+a planted bug and passing the honest candidate."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelcheck import api
+from kernelcheck.ops import ratio_kl
+from tests.conftest import FIXTURES, run_one
+
+SMALL = {"batch": 2, "seq": 16, "vocab": 257}
+
+
+def test_gold_is_neutral_at_masked_positions_whatever_their_id():
+    pol, ref = torch.randn(4, 9, dtype=torch.float64), torch.randn(4, 9, dtype=torch.float64)
+    ids = torch.tensor([1, -5, 100, 3])
+    mask = torch.tensor([True, False, False, True])
+    old = torch.randn(4, dtype=torch.float64)
+    ratio, kl = ratio_kl.gold(pol, ref, ids, mask, old)
+    assert ratio[1:3].tolist() == [1.0, 1.0] and kl[1:3].tolist() == [0.0, 0.0]
+    lp = torch.log_softmax(pol, -1)[0, 1]
+    assert torch.isclose(ratio[0], torch.exp(lp - old[0]))
+
+
+def test_the_shipped_spec_passes_the_honest_candidate(catalog):
+    report = api.run(catalog, "ratio_kl", candidate_names=["torch"], isolate=False)
+    assert report.results and report.passed, [
+        (r.case_id, r.check, r.message) for r in report.results if r.status != "pass"
+    ]
+
+
+PLANTED_BUGS = [
+    ("masked-not-neutral", "ratio: masked position"),
+    ("clamps-ids", "action_ids=-1 at an active position (attention_mask true) did not raise"),
+]
+
+
+@pytest.mark.parametrize("name,fragment", PLANTED_BUGS, ids=[p[0] for p in PLANTED_BUGS])
+def test_each_contract_rule_fails_its_planted_bug(name, fragment):
+    planted = api.load_catalog([FIXTURES / "planted_ratio_kl.toml"])
+    for cand, want in ((name, "fail"), ("torch", "pass")):
+        res = run_one(planted, "ratio_kl", cand, "contract", "fp32", SMALL)
+        assert res.status == want, (cand, res.message)
+        if want == "fail":
+            assert fragment in res.message, res.message
