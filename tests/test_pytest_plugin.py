@@ -234,6 +234,7 @@ def test_the_installed_plugin_runs_clean_outside_the_repo(pytester, spec):
         ("swiglu", "batch=2,inter=64"),
         ("entropy", "batch=2,vocab=64"),
         ("ratio_kl", "batch=2,vocab=64"),
+        ("linear_logp", "tokens=4,hidden=8,vocab=64"),
     ],
 )
 def test_every_shipped_op_runs_as_pytest_items(pytester, op, shape):

@@ -1,0 +1,68 @@
+"""The ``torch`` candidate of linear_logp, batch-invariant on the CPU.
+
+A BLAS matmul picks its kernel and blocking by the number of rows (a single token may
+take a matrix-vector path), so a token's logits could depend on how many tokens share
+the call. Here every logit is ``fixed_order_row_sum(hidden[t] * weight[v])`` over H and
+the logp is the ``torch`` logp candidate's; the hidden gradient sums over V the same way.
+Slow (a [tokens, V, H] product per token chunk), and honest: the yardstick, not a kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernelcheck.candidates.torch_logp import fixed_order_row_sum, logp
+
+IMPLEMENTATION = "torch:fp32-linear_logp(fixed-order dot products)"
+CHUNK_ELEMENTS = 1 << 22  # one token chunk's [t, V, H] product: 16 MiB of fp32
+
+
+def _token_chunks(tokens: int, per_token: int):
+    step = max(1, CHUNK_ELEMENTS // max(1, per_token))
+    for start in range(0, tokens, step):
+        yield slice(start, min(tokens, start + step))
+
+
+def _logits(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(h.shape[0], w.shape[0], dtype=torch.float32, device=h.device)
+    for sl in _token_chunks(h.shape[0], w.numel()):
+        out[sl] = fixed_order_row_sum(h[sl, None, :] * w[None, :, :])
+    return out
+
+
+class _LinearLogp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, target):
+        h = hidden.float().reshape(-1, hidden.shape[-1])
+        w = weight.float()
+        logits = _logits(h, w)
+        ctx.save_for_backward(hidden, weight, target, logits)
+        return logp(logits, target.reshape(-1)).view(hidden.shape[:-1])
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, weight, target, logits = ctx.saved_tensors
+        h = hidden.float().reshape(-1, hidden.shape[-1])
+        w = weight.float()
+        with torch.enable_grad():
+            x = logits.detach().requires_grad_(True)
+            out = logp(x, target.reshape(-1))
+            (g_logits,) = torch.autograd.grad(out, x, grad.reshape(-1).float())
+        d_hidden = torch.empty_like(h)
+        for sl in _token_chunks(h.shape[0], w.numel()):
+            # [t, H, V]: each hidden gradient element sums over V in a fixed order
+            prod = (g_logits[sl, :, None] * w[None, :, :]).transpose(1, 2)
+            d_hidden[sl] = fixed_order_row_sum(prod)
+        d_weight = g_logits.T @ h  # shared: sums over every token
+        return (
+            d_hidden.to(hidden.dtype).view(hidden.shape),
+            d_weight.to(weight.dtype),
+            None,
+        )
+
+
+def linear_logp(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor):
+    vocab = weight.shape[0]
+    if bool(((target < 0) | (target >= vocab)).any()):
+        raise ValueError(f"target ids must be in [0, {vocab}); mask padding before this op")
+    return _LinearLogp.apply(hidden, weight, target)

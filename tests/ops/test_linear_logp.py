@@ -1,0 +1,44 @@
+"""linear_logp: its gold, its shipped spec, and planted bugs for invariance and contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelcheck import api
+from kernelcheck.ops import linear_logp
+from tests.conftest import FIXTURES, run_one
+
+SMALL = {"tokens": 32, "hidden": 32, "vocab": 500}
+
+
+def test_gold_matches_the_definition():
+    h, w = torch.randn(5, 4, dtype=torch.float64), torch.randn(9, 4, dtype=torch.float64)
+    t = torch.tensor([0, 3, 8, 1, 2])
+    want = torch.log_softmax(h @ w.T, -1).gather(-1, t[:, None]).squeeze(-1)
+    assert torch.allclose(linear_logp.gold(h, w, t), want, rtol=1e-13, atol=0)
+
+
+def test_the_shipped_spec_passes_the_honest_candidate(catalog):
+    report = api.run(
+        catalog, "linear_logp", candidate_names=["torch"], dtype_names="fp32,bf16", isolate=False
+    )
+    assert report.results and report.passed, [
+        (r.case_id, r.check, r.message) for r in report.results if r.status != "pass"
+    ]
+
+
+PLANTED_BUGS = [
+    ("token-chunked-lse", "forward_invariance", "differ in bits"),
+    ("clamps-targets", "contract", "target=-100 did not raise"),
+]
+
+
+@pytest.mark.parametrize("name,check,fragment", PLANTED_BUGS, ids=[p[0] for p in PLANTED_BUGS])
+def test_each_planted_bug_fails_its_check(name, check, fragment):
+    planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
+    for cand, want in ((name, "fail"), ("torch", "pass")):
+        res = run_one(planted, "linear_logp", cand, check, "fp32", SMALL)
+        assert res.status == want, (cand, res.message)
+        if want == "fail":
+            assert fragment in res.message, res.message
