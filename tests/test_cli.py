@@ -98,7 +98,7 @@ def test_second_op_declared_only_in_a_spec():
 
 
 BAD_FLAGS = [
-    (["--op", "nope"], "unknown op 'nope'; valid ops: entropy, logp, ratio_kl, rms_norm, swiglu"),
+    (["--op", "nope"], "unknown op 'nope'; valid ops: entropy, linear_logp, logp, ratio_kl, rms_norm, swiglu"),
     (["--op", "logp", "--candidate", "nope"], "unknown candidate 'nope' for op logp; valid: torch"),
     (["--op", "logp", "--dtype", "fp8"], "unknown dtype 'fp8'; valid: fp32, bf16, fp16"),
     (["--op", "logp", "--device", "tpu"], "unknown device 'tpu'; valid: auto, cpu, cuda, npu"),

@@ -40,7 +40,11 @@ class _Logp(torch.autograd.Function):
     """Row-chunked forward and backward, so memory stays bounded at the Qwen3 vocab."""
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0):
+        # with a temperature T: softmax((x - max) / T), dividing after the exact max
+        # subtraction (x / T first would round 1e4-sized logits by ~1e-3); T = 1 divides
+        # nothing, so every bit is as without it
+        inv = None if temperature == 1.0 else 1.0 / temperature
         vocab = logits.shape[-1]
         x2 = logits.reshape(-1, vocab)
         t1 = target.reshape(-1).long()
@@ -53,18 +57,27 @@ class _Logp(torch.autograd.Function):
             x = x2[sl]
             m = x.amax(dim=-1, keepdim=True).float()
             e = x.float().sub(m) if x.dtype == torch.float32 else x.float().sub_(m)
+            if inv is not None:
+                e.div_(temperature)
             # max first, then the log-sum: exact for rows offset far from zero
             log_sum[sl] = torch.log(fixed_order_row_sum(e.exp_()))
             row_max[sl] = m.squeeze(-1)
-        out = torch.where(valid, (selected - row_max) - log_sum, torch.zeros_like(log_sum))
+        shifted = selected - row_max
+        if inv is not None:
+            shifted = shifted / temperature
+        out = torch.where(valid, shifted - log_sum, torch.zeros_like(log_sum))
         ctx.save_for_backward(x2, safe, valid, row_max, log_sum)
         ctx.lead = tuple(logits.shape)
+        ctx.temperature = temperature
         return out.view(logits.shape[:-1])
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         x2, safe, valid, row_max, log_sum = ctx.saved_tensors
+        temperature = ctx.temperature
         g = grad_out.reshape(-1).float()
+        if temperature != 1.0:
+            g = g / temperature  # d/dx of f((x - max) / T)
         coef = torch.where(valid, g, torch.zeros_like(g))
         grad = torch.empty_like(x2)
         for sl in _row_chunks(x2.shape[0], x2.shape[1]):
@@ -73,14 +86,19 @@ class _Logp(torch.autograd.Function):
             p = x.float().sub(row_max[sl, None]) if x.dtype == torch.float32 else x.float()
             if x.dtype != torch.float32:
                 p.sub_(row_max[sl, None])
+            if temperature != 1.0:
+                p.div_(temperature)
             p.sub_(log_sum[sl, None]).exp_().mul_(-coef[sl, None])
             p.scatter_add_(-1, safe[sl].unsqueeze(-1), coef[sl].unsqueeze(-1))
             grad[sl] = p
-        return grad.view(ctx.lead), None
+        return grad.view(ctx.lead), None, None
 
 
-def logp(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``(x[t] - max) - log(sum(exp(x - max)))`` in fp32; 0.0 where ``t`` is out of range."""
+def logp(logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``(x[t] - max) - log(sum(exp(x - max)))`` in fp32 with ``x = logits / temperature``;
+    0.0 where ``t`` is out of range."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
     if logits.dim() < 1 or tuple(target.shape) != tuple(logits.shape[:-1]):
         raise ValueError(
             f"target shape {tuple(target.shape)} must equal the logits lead shape "
@@ -88,4 +106,4 @@ def logp(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         )
     if math.prod(logits.shape) == 0 and logits.shape[-1] == 0:
         raise ValueError("logits vocab dimension must be > 0")
-    return _Logp.apply(logits, target)
+    return _Logp.apply(logits, target, float(temperature))

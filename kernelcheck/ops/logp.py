@@ -5,12 +5,20 @@ from __future__ import annotations
 import torch
 
 
-def gold(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits / temperature`` (upstream's sampling temperature); T = 1 leaves them as is."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    return logits if temperature == 1.0 else logits / temperature
+
+
+def gold(logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """The exact answer, in whatever precision ``logits`` has (kernelcheck passes float64).
 
     Differentiable, so the gold gradient ``g * (onehot - softmax)`` comes from autograd;
     rows with an out-of-range target get a zero gradient through ``where``.
     """
+    logits = _tempered(logits, temperature)
     vocab = logits.shape[-1]
     valid = (target >= 0) & (target < vocab)
     safe = torch.where(valid, target, torch.zeros_like(target))
@@ -33,13 +41,17 @@ def _logsumexp(x: torch.Tensor) -> torch.Tensor:
     return m.squeeze(-1) + e.sum(dim=-1).log_()
 
 
-def reference_fp32(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def reference_fp32(
+    logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
     """An honest fp32 computation on the same inputs: the yardstick of ``forward_precision``.
 
     Max subtraction first, then one fp32 sum: the error any fp32-accumulating kernel
     should be within a small factor of.
     """
     x = logits.float()
+    if temperature != 1.0:  # divide after the exact max subtraction, as an honest kernel does
+        x = _tempered(x - x.amax(dim=-1, keepdim=True), temperature)
     vocab = x.shape[-1]
     valid = (target >= 0) & (target < vocab)
     safe = torch.where(valid, target, torch.zeros_like(target))
@@ -50,11 +62,17 @@ def reference_fp32(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return torch.where(valid, logp, torch.zeros_like(logp))
 
 
-def gold_backward(upstream: list[torch.Tensor], logits: torch.Tensor, target: torch.Tensor):
-    """The gold gradient analytically: ``g * (onehot(target) - softmax(logits))``, zero on
-    rows whose target is out of range. Same float64 math as autograd of :func:`gold`, in
-    a few in-place passes (tests/test_gold.py checks they agree)."""
-    g = upstream[0]
+def gold_backward(
+    upstream: list[torch.Tensor],
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    temperature: float = 1.0,
+):
+    """The gold gradient analytically: ``g * (onehot(target) - softmax(logits / T)) / T``,
+    zero on rows whose target is out of range. Same float64 math as autograd of
+    :func:`gold`, in a few in-place passes (tests/test_gold.py checks they agree)."""
+    logits = _tempered(logits, temperature)
+    g = upstream[0] if temperature == 1.0 else upstream[0] / temperature
     vocab = logits.shape[-1]
     valid = (target >= 0) & (target < vocab)
     coef = torch.where(valid, g, torch.zeros_like(g))
