@@ -155,6 +155,8 @@ def plan(
         elif wanted:
             raise UsageError(f"candidate {name} cannot run on {dev}: {reason}")
         else:
+            if device == "auto" and dev not in cand.devices:  # say who picked the device
+                reason = reason.replace(f"(asked for {dev})", f"(--device auto picked {dev})")
             unavailable[name] = reason
     axes, shown = attribute_axes(spec, attributes or {})
     # the candidates of one (dtype, shape, attributes) one after another: they share trials

@@ -98,7 +98,10 @@ def test_second_op_declared_only_in_a_spec():
 
 
 BAD_FLAGS = [
-    (["--op", "nope"], "unknown op 'nope'; valid ops: entropy, linear_logp, logp, ratio_kl, rms_norm, swiglu"),
+    (
+        ["--op", "nope"],
+        "unknown op 'nope'; valid ops: entropy, linear_logp, logp, ratio_kl, rms_norm, swiglu",
+    ),
     (["--op", "logp", "--candidate", "nope"], "unknown candidate 'nope' for op logp; valid: torch"),
     (["--op", "logp", "--dtype", "fp8"], "unknown dtype 'fp8'; valid: fp32, bf16, fp16"),
     (["--op", "logp", "--device", "tpu"], "unknown device 'tpu'; valid: auto, cpu, cuda, npu"),
@@ -240,3 +243,14 @@ def test_help_is_readable_at_80_columns():
     for flag in ("--batch N", "--seq N", "--vocab N"):
         line = next(x for x in lines if x.strip().startswith(flag))
         assert len(line.split()) > 2, line  # has help text
+
+
+def test_an_unavailable_candidate_says_auto_picked_the_device(catalog):
+    from kernelcheck import api
+
+    plan = api.plan(catalog, "logp", device="auto")
+    for name, reason in plan.unavailable.items():
+        if plan.device not in catalog.op("logp").candidates[name].devices:
+            assert f"(--device auto picked {plan.device})" in reason, reason
+    explicit = api.plan(catalog, "logp", device="cpu")
+    assert all("auto" not in r for r in explicit.unavailable.values())
