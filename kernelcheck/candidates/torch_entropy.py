@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelcheck.candidates.torch_logp import fixed_order_row_sum
+from kernelcheck.candidates.honest import fixed_order_row_sum
 
 IMPLEMENTATION = "torch:fp32-entropy"
 

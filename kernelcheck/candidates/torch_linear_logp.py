@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from kernelcheck.candidates.torch_logp import fixed_order_row_sum, logp
+from kernelcheck.candidates.honest import fixed_order_row_sum
+from kernelcheck.candidates.torch_logp import logp
 
 IMPLEMENTATION = "torch:fp32-linear_logp(fixed-order dot products)"
 CHUNK_ELEMENTS = 1 << 22  # one token chunk's [t, V, H] product: 16 MiB of fp32

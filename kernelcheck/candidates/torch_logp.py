@@ -6,28 +6,10 @@ import math
 
 import torch
 
+from kernelcheck.candidates.honest import fixed_order_row_sum  # noqa: F401 (re-exported)
+
 IMPLEMENTATION = "torch:fp32-formula"
-SUM_CHUNK = 1024
 ROW_CHUNK_ELEMENTS = 1 << 20  # fp32 temporaries of one row chunk: 4 MiB, cache-sized
-
-
-def fixed_order_row_sum(x: torch.Tensor) -> torch.Tensor:
-    """Sum over the last dim in an order that depends on its length alone.
-
-    A plain ``x.sum(-1)`` on the CPU splits a long row across threads when there are
-    fewer rows than threads, so a row's sum depends on the batch size (kernelcheck's
-    ``backward_invariance`` catches it at V=151936). Summing fixed 1024-element chunks
-    (the tail as one more), then the chunk sums, keeps every reduction below torch's
-    split threshold. Importable for your own honest torch candidates.
-    """
-    vocab = x.shape[-1]
-    if vocab <= SUM_CHUNK:
-        return x.sum(dim=-1)
-    full = vocab - vocab % SUM_CHUNK
-    parts = x[..., :full].unflatten(-1, (-1, SUM_CHUNK)).sum(dim=-1)
-    if full < vocab:
-        parts = torch.cat([parts, x[..., full:].sum(dim=-1, keepdim=True)], dim=-1)
-    return parts.sum(dim=-1)
 
 
 def _row_chunks(rows: int, vocab: int):

@@ -13,24 +13,9 @@ from __future__ import annotations
 
 import torch
 
+from kernelcheck.candidates.honest import fixed_lanes
+
 IMPLEMENTATION = "torch:fp32-swiglu(padded rows)"
-LANES = 64  # a multiple of every SIMD width torch uses
-CHUNK_ELEMENTS = 32768  # torch's parallel grain: a chunk runs on one thread
-
-
-def fixed_lanes(fn, g: torch.Tensor) -> torch.Tensor:
-    """``fn`` (elementwise) of fp32 rows ``[rows, n]``, each element in a vector lane fixed
-    by its column: rows padded to ``LANES`` columns, in one-thread chunks of whole rows."""
-    rows, n = g.shape
-    width = -(-n // LANES) * LANES
-    step = max(1, CHUNK_ELEMENTS // width)
-    out = torch.empty_like(g)
-    for start in range(0, rows, step):
-        part = g[start : start + step]
-        buf = torch.zeros(part.shape[0], width, dtype=torch.float32, device=g.device)
-        buf[:, :n] = part
-        out[start : start + step] = fn(buf)[:, :n]
-    return out
 
 
 def _silu(b: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,56 @@
+"""Helpers for writing honest, batch-invariant torch candidates (public: import them).
+
+On the CPU, plain torch ops can give a row other bits depending on its batch:
+
+- a reduction over a long last dim is split across threads when rows are few
+  (``x.sum(-1)`` of one 151936-element row is summed in parts, of 64 rows in one
+  pass each): :func:`fixed_order_row_sum` sums in an order fixed by the row length;
+- an elementwise transcendental (``torch.sigmoid``) computes whole SIMD vectors and a
+  scalar tail with other bits, and where a row's elements fall depends on the batch:
+  :func:`fixed_lanes` keeps each element in a lane fixed by its column.
+
+kernelcheck's ``forward_invariance`` and ``backward_invariance`` catch both
+(``tests/candidates/test_honest.py`` shows them, and that the helpers fix them).
+"""
+
+from __future__ import annotations
+
+import torch
+
+SUM_CHUNK = 1024
+LANES = 64  # a multiple of every SIMD width torch uses
+CHUNK_ELEMENTS = 32768  # torch's parallel grain: a chunk this size runs on one thread
+
+
+def fixed_order_row_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dim in an order that depends on its length alone.
+
+    A plain ``x.sum(-1)`` on the CPU splits a long row across threads when there are
+    fewer rows than threads, so a row's sum depends on the batch size (kernelcheck's
+    ``backward_invariance`` catches it at V=151936). Summing fixed 1024-element chunks
+    (the tail as one more), then the chunk sums, keeps every reduction below torch's
+    split threshold. Importable for your own honest torch candidates.
+    """
+    vocab = x.shape[-1]
+    if vocab <= SUM_CHUNK:
+        return x.sum(dim=-1)
+    full = vocab - vocab % SUM_CHUNK
+    parts = x[..., :full].unflatten(-1, (-1, SUM_CHUNK)).sum(dim=-1)
+    if full < vocab:
+        parts = torch.cat([parts, x[..., full:].sum(dim=-1, keepdim=True)], dim=-1)
+    return parts.sum(dim=-1)
+
+
+def fixed_lanes(fn, g: torch.Tensor) -> torch.Tensor:
+    """``fn`` (elementwise) of fp32 rows ``[rows, n]``, each element in a vector lane fixed
+    by its column: rows padded to ``LANES`` columns, in one-thread chunks of whole rows."""
+    rows, n = g.shape
+    width = -(-n // LANES) * LANES
+    step = max(1, CHUNK_ELEMENTS // width)
+    out = torch.empty_like(g)
+    for start in range(0, rows, step):
+        part = g[start : start + step]
+        buf = torch.zeros(part.shape[0], width, dtype=torch.float32, device=g.device)
+        buf[:, :n] = part
+        out[start : start + step] = fn(buf)[:, :n]
+    return out
