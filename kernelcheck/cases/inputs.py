@@ -225,6 +225,8 @@ def make_inputs(
                     else _key(seed, part, spec.name, salt, str(k))
                 )
                 t[k :: len(parts)] = draw_float(count, inner, part, case_dtype, key)
+        if spec.scale != 1.0 and t.is_floating_point():
+            t = (t.float() * spec.scale).to(t.dtype)  # drawn, scaled, rounded once more
         out[spec.name] = t.reshape(*lead, *inner) if row_wise else t.reshape(inner)
     parts = parts_of(dist)
     for k, part in enumerate(parts):

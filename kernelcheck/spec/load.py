@@ -346,6 +346,7 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
             "index_into",
             "out_of_range_fraction",
             "true_fraction",
+            "scale",
         },
         path,
         key,
@@ -368,6 +369,9 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
     true_fraction = float(_get(t, "true_fraction", (int, float), path, key, default=0.5))
     if not 0.0 <= true_fraction <= 1.0:
         raise SpecError(path, f"{key}.true_fraction", f"expected 0..1, got {true_fraction}")
+    scale = float(_get(t, "scale", (int, float), path, key, default=1.0))
+    if not scale > 0:
+        raise SpecError(path, f"{key}.scale", f"expected a number > 0, got {scale}")
     index_of = _get(t, "index_of", str, path, key, default=None)
     if values == "index" and index_of not in dims:
         raise SpecError(path, f"{key}.index_of", "an index input needs index_of = <a declared dim>")
@@ -383,6 +387,7 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
         index_into=_get(t, "index_into", str, path, key, default=None),
         out_of_range_fraction=frac,
         true_fraction=true_fraction,
+        scale=scale,
     )
 
 

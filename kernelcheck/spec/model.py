@@ -38,6 +38,7 @@ class InputSpec:
     index_into: str | None = None
     out_of_range_fraction: float = 0.0
     true_fraction: float = 0.5  # values = "mask"
+    scale: float = 1.0  # float draws are multiplied by it (an lm_head at ~1/sqrt(H))
 
 
 VALUE_KINDS = {

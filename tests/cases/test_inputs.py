@@ -198,3 +198,9 @@ def test_zero_and_tiny_rows(catalog, dtype):
     rms = tiny.square().mean(-1).sqrt()
     assert (zero[::4] == 0).all() and (zero[1::4].abs().amax(-1) > 0).all()
     assert (rms[::4] > 0).all() and (rms[::4] < 1e-3).all() and (rms[1::4] > 0.5).all()
+
+
+def test_an_input_scale_multiplies_its_draws(catalog):
+    op = catalog.op("linear_logp")  # the lm_head weight: normal, scale 0.1
+    w = make_inputs(op, {"tokens": 4, "hidden": 64, "vocab": 1000}, "fp32", 0, "normal")["weight"]
+    assert 0.09 < float(w.std()) < 0.11
