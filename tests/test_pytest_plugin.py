@@ -91,6 +91,21 @@ def _run(pytester, spec, *args):
     return pytester.runpytest_inprocess(*_plugin(), f"--kernelcheck-spec={spec}", *SMALL, *args)
 
 
+def _run_installed(pytester, spec, *args):
+    """pytest in a fresh process, the plugin loaded as installed (no ``-p``)."""
+    return pytester.run(
+        sys.executable,
+        "-m",
+        "pytest",
+        f"--kernelcheck-spec={spec}",
+        *SMALL,
+        "--kernelcheck-dtype=fp32",
+        "--kernelcheck-candidate=mine",
+        *args,
+        timeout=120,
+    )
+
+
 def test_one_item_per_case_and_check_with_readable_ids(pytester, spec):
     res = _run(pytester, spec, "--kernelcheck-candidate=mine", "--kernelcheck-dtype=fp32,bf16")
     res.assert_outcomes(passed=16)
@@ -179,18 +194,7 @@ def test_the_pytest11_entry_point_loads_the_plugin(pytester, spec, monkeypatch):
     (dist / "entry_points.txt").write_text(f"[pytest11]\nkernelcheck = {value}\n")
     env_path = os.pathsep.join([str(dist.parent), os.environ.get("PYTHONPATH", "")])
     monkeypatch.setenv("PYTHONPATH", env_path)
-    res = pytester.run(
-        sys.executable,
-        "-m",
-        "pytest",
-        f"--kernelcheck-spec={spec}",
-        *SMALL,
-        "--kernelcheck-dtype=fp32",
-        "--kernelcheck-candidate=mine",
-        "--collect-only",
-        "-q",
-        timeout=120,
-    )
+    res = _run_installed(pytester, spec, "--collect-only", "-q")
     assert res.ret == 0, res.stdout.str() + res.stderr.str()
     assert "kernelcheck::logp[mine-fp32-2x4x257-integrity]" in res.stdout.str()
 
@@ -210,18 +214,7 @@ def test_kernelcheck_only_runs_just_the_kernelcheck_items(pytester, spec):
 def test_the_installed_plugin_runs_clean_outside_the_repo(pytester, spec):
     """The installed plugin (editable included: packaging/kernelcheck-pytest.pth marks
     scikit-build-core's import redirect PYTEST_DONT_REWRITE) warns about nothing."""
-    res = pytester.run(
-        sys.executable,
-        "-m",
-        "pytest",
-        f"--kernelcheck-spec={spec}",
-        *SMALL,
-        "--kernelcheck-dtype=fp32",
-        "--kernelcheck-candidate=mine",
-        "-p",
-        "no:cacheprovider",
-        timeout=120,
-    )
+    res = _run_installed(pytester, spec, "-p", "no:cacheprovider")
     out = res.stdout.str() + res.stderr.str()
     assert res.ret == 0, out
     assert "PytestAssertRewriteWarning" not in out and "warnings summary" not in out, out

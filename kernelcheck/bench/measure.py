@@ -144,21 +144,21 @@ class BenchReport:
 # ---------------------------------------------------------------------------- peak bandwidth
 
 
-def gpu_peak_from_name(name: str) -> tuple[float | None, str]:
-    """The data-sheet bandwidth of a GPU by (a substring of) its name, else None and why."""
+def _peak_from_table(name: str, table, kind: str) -> tuple[float | None, str]:
+    """The data-sheet bandwidth of a device by (a substring of) its name, else None and why."""
     low = name.lower()
-    for key, bw, what in GPU_PEAK_BANDWIDTH:
+    for key, bw, what in table:
         if key.lower() in low:
             return bw, f"table: {what} (device {name!r})"
-    return None, f"no bandwidth table entry for GPU {name!r}"
+    return None, f"no bandwidth table entry for {kind} {name!r}"
+
+
+def gpu_peak_from_name(name: str) -> tuple[float | None, str]:
+    return _peak_from_table(name, GPU_PEAK_BANDWIDTH, "GPU")
 
 
 def npu_peak_from_name(name: str) -> tuple[float | None, str]:
-    low = name.lower()
-    for key, bw, what in NPU_PEAK_BANDWIDTH:
-        if key.lower() in low:
-            return bw, f"table: {what} (device {name!r})"
-    return None, f"no bandwidth table entry for NPU {name!r}"
+    return _peak_from_table(name, NPU_PEAK_BANDWIDTH, "NPU")
 
 
 def peak_bandwidth(device: str) -> tuple[float | None, str]:
@@ -169,18 +169,14 @@ def peak_bandwidth(device: str) -> tuple[float | None, str]:
     """
     if device == "cpu":
         return _cpu_peak()
-    if device == "cuda":
+    tables = {"cuda": (GPU_PEAK_BANDWIDTH, "GPU"), "npu": (NPU_PEAK_BANDWIDTH, "NPU")}
+    if device in tables:
+        table, kind = tables[device]
         try:
-            name = torch.cuda.get_device_name(0)
+            name = getattr(torch, device).get_device_name(0)  # torch.npu: from torch_npu
         except Exception as exc:
-            return None, f"GPU name not readable: {exc}"
-        return gpu_peak_from_name(name)
-    if device == "npu":
-        try:
-            name = torch.npu.get_device_name(0)
-        except Exception as exc:
-            return None, f"NPU name not readable: {exc}"
-        return npu_peak_from_name(name)
+            return None, f"{kind} name not readable: {exc}"
+        return _peak_from_table(name, table, kind)
     return None, f"no bandwidth figure for device {device!r}"
 
 

@@ -26,7 +26,7 @@ class _Logp(torch.autograd.Function):
         # with a temperature T: softmax((x - max) / T), dividing after the exact max
         # subtraction (x / T first would round 1e4-sized logits by ~1e-3); T = 1 divides
         # nothing, so every bit is as without it
-        inv = None if temperature == 1.0 else 1.0 / temperature
+        tempered = temperature != 1.0
         vocab = logits.shape[-1]
         x2 = logits.reshape(-1, vocab)
         t1 = target.reshape(-1).long()
@@ -39,13 +39,13 @@ class _Logp(torch.autograd.Function):
             x = x2[sl]
             m = x.amax(dim=-1, keepdim=True).float()
             e = x.float().sub(m) if x.dtype == torch.float32 else x.float().sub_(m)
-            if inv is not None:
+            if tempered:
                 e.div_(temperature)
             # max first, then the log-sum: exact for rows offset far from zero
             log_sum[sl] = torch.log(fixed_order_row_sum(e.exp_()))
             row_max[sl] = m.squeeze(-1)
         shifted = selected - row_max
-        if inv is not None:
+        if tempered:
             shifted = shifted / temperature
         out = torch.where(valid, shifted - log_sum, torch.zeros_like(log_sum))
         ctx.save_for_backward(x2, safe, valid, row_max, log_sum)

@@ -18,8 +18,11 @@ from kernelcheck.candidates.honest import fixed_lanes
 IMPLEMENTATION = "torch:fp32-swiglu(padded rows)"
 
 
-def _silu(b: torch.Tensor) -> torch.Tensor:
-    return b * torch.sigmoid(b)
+def _silu_parts(g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sigmoid(g), silu(g))`` of fp32 rows; only the sigmoid needs fixed lanes (a
+    product is exact IEEE arithmetic on either path)."""
+    sig = fixed_lanes(torch.sigmoid, g)
+    return sig, g * sig
 
 
 class _Swiglu(torch.autograd.Function):
@@ -27,7 +30,7 @@ class _Swiglu(torch.autograd.Function):
     def forward(ctx, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         g = gate.float().reshape(-1, gate.shape[-1])
         u = up.float().reshape(-1, up.shape[-1])
-        silu = fixed_lanes(_silu, g)
+        _, silu = _silu_parts(g)
         ctx.save_for_backward(gate, up)
         return (silu * u).to(gate.dtype).view(gate.shape)
 
@@ -38,9 +41,8 @@ class _Swiglu(torch.autograd.Function):
         g = gate.float().reshape(-1, n)
         u = up.float().reshape(-1, n)
         dy = grad.float().reshape(-1, n)
-        silu = fixed_lanes(_silu, g)
-        # d silu / dg = s + g s (1 - s) = s + silu (1 - s), s = sigmoid(g), fixed lanes too
-        sig = fixed_lanes(torch.sigmoid, g)
+        sig, silu = _silu_parts(g)
+        # d silu / dg = s + g s (1 - s) = s + silu (1 - s)
         dsilu = sig + silu * (1 - sig)
         d_gate = (dy * u * dsilu).to(gate.dtype).view(gate.shape)
         d_up = (dy * silu).to(up.dtype).view(up.shape)

@@ -16,7 +16,8 @@ class _ToleranceCheck(Check):
         tol = ctx.tolerance(self.judgment) or next(iter(self.tols.values()), None)
         self.tol = tol  # the op-wide table (or the first name's): the case total's
         self.total = ErrorStats(tol.atol, tol.rtol) if tol else None
-        self.failed: tuple[Trial, ErrorStats, str] | None = None
+        # (trial, stats, what failed, is it row-wise: indexed with the lead dims)
+        self.failed: tuple[Trial, ErrorStats, str, bool] | None = None
         self.worst: Trial | None = None
         self.worst_abs = -1.0
 
@@ -35,17 +36,18 @@ class _ToleranceCheck(Check):
             return f"the spec has no tolerance.{self.judgment} for {self.ctx.case.dtype}{which}"
         return super().skip_reason()
 
-    def _record(self, trial: Trial, st: ErrorStats, what: str) -> None:
+    def _record(self, trial: Trial, st: ErrorStats, what: str, row_wise: bool) -> None:
         merge_stats(self.total, st)
         if st.max_abs > self.worst_abs:
             self.worst, self.worst_abs = trial, st.max_abs
         if st.n_bad and self.failed is None:
-            self.failed = (trial, st, what)
+            self.failed = (trial, st, what, row_wise)
 
     def _shape_fail(self, trial: Trial, what: str, got, want) -> None:
         if self.failed is None:
             st = ErrorStats(self.tol.atol, self.tol.rtol, n_bad=1)
-            self.failed = (trial, st, f"{what}: shape {tuple(got)} != expected {tuple(want)}")
+            message = f"{what}: shape {tuple(got)} != expected {tuple(want)}"
+            self.failed = (trial, st, message, False)
         self.total.n_bad += 1
 
     def outcome(self) -> Outcome:
@@ -59,17 +61,16 @@ class _ToleranceCheck(Check):
             return Outcome(
                 "pass", "", metrics, tol, t.seed if t else None, t.distribution if t else None
             )
-        trial, st, what = self.failed
+        trial, st, what, row_wise = self.failed
         dist = trial.distribution
         if st.first_bad is None:
             message = what
         else:
-            row_wise = self._row_wise(what)
-            # a row-wise tensor's index has the lead dims; a shared one (a norm's weight
-            # gradient) its own shape only
-            lead = self.ctx.lead if row_wise else ()
+            lead = self.ctx.lead
 
             def at(first: tuple) -> str:
+                # a row-wise tensor's index has the lead dims; a shared one (a norm's
+                # weight gradient) its own shape only
                 return fmt_index(first[0], first[1:], lead) if row_wise else str(list(first[1:]))
 
             c, g = st.first_bad_values
@@ -86,13 +87,6 @@ class _ToleranceCheck(Check):
                 dist = row_distribution(trial.distribution, st.first_bad[0])  # that row's
         message += f" [seed {trial.seed}, {dist}]"
         return Outcome("fail", message, metrics, tol, trial.seed, dist, trial.distribution)
-
-    def _row_wise(self, what: str) -> bool:
-        op = self.ctx.op
-        kind, _, name = what.partition(":")
-        if kind.startswith("output"):
-            return not name or op.is_row_wise(next(o for o in op.outputs if o.name == name))
-        return op.is_row_wise(op.input(name))
 
 
 class ForwardAccuracy(_ToleranceCheck):
@@ -114,11 +108,12 @@ class ForwardAccuracy(_ToleranceCheck):
                 self._shape_fail(trial, what, c.shape, g.shape)
                 continue
             st = self.stats(spec.name)
-            if self.ctx.op.is_row_wise(spec):
+            row_wise = self.ctx.op.is_row_wise(spec)
+            if row_wise:
                 st.update(flat_rows(c, nlead), flat_rows(g, nlead))
             else:
                 st.update(c.unsqueeze(0), g.unsqueeze(0))
-            self._record(trial, st, what)
+            self._record(trial, st, what, row_wise)
 
 
 class BackwardAccuracy(_ToleranceCheck):
@@ -153,4 +148,4 @@ class BackwardAccuracy(_ToleranceCheck):
                 else:
                     per_input[n].update(flat[n][sl], gold_rows, row_offset=sl.start)
         for n, st in per_input.items():
-            self._record(trial, st, f"gradient:{n}")
+            self._record(trial, st, f"gradient:{n}", self.ctx.op.is_row_wise(self.ctx.op.input(n)))

@@ -163,6 +163,14 @@ class CaseContext:
             return tuple(self.sizes[d] for d in out.shape if d in self.sizes)
         return (*lead, *inner)
 
+    def input_rows(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """An input (or its gradient) as ``[rows, ...]``: a row-wise one by its lead rows,
+        a shared one (a norm's weight) as one row."""
+        nlead = len(self.lead)
+        if self.op.is_row_wise(self.op.input(name)) and t.dim() >= nlead:
+            return flat_rows(t, nlead)
+        return t.reshape(1, -1)
+
     def trial_key(self, seed: int, dist: str) -> str:
         c = self.case
         return trial_key(c.op, self.op.version, c.dtype, c.shape, seed, dist, c.attrs)
@@ -277,8 +285,8 @@ class Trial:
         a write is then counted element by element. ``phase`` names a watched call:
         its integrity findings are kept.
         """
-        on_cpu = self.ctx.device.type == "cpu" and self.input_bytes >= IN_PLACE_BYTES
-        if on_cpu:
+        in_place = self.ctx.device.type == "cpu" and self.input_bytes >= IN_PLACE_BYTES
+        if in_place:
             before = self.input_digests
             dev = dict(self.cpu_inputs)
         else:
@@ -287,10 +295,10 @@ class Trial:
         try:
             results = call(dev)
         finally:
-            if on_cpu:
+            if in_place:
                 changed = self._settle(before, dev, phase or "a call")
         if self.watch and phase:
-            if on_cpu:
+            if in_place:
                 found = changed + aliasing_problems(dev, results, phase)
             else:
                 found = integrity_problems(self.cpu_inputs, dev, results, phase)
@@ -303,19 +311,13 @@ class Trial:
 
     @cached_property
     def input_digests(self) -> dict[str, torch.Tensor]:
-        return {k: row_digests(self._input_rows(k, v)) for k, v in self.cpu_inputs.items()}
-
-    def _input_rows(self, name: str, t: torch.Tensor) -> torch.Tensor:
-        nlead = len(self.ctx.lead)
-        if self.ctx.op.is_row_wise(self.ctx.op.input(name)) and t.dim() > nlead:
-            return flat_rows(t, nlead)
-        return t.reshape(1, -1)
+        return {k: row_digests(self.ctx.input_rows(k, v)) for k, v in self.cpu_inputs.items()}
 
     def _settle(self, before: dict, used: dict, phase: str) -> list[str]:
         """Which inputs a call on the trial's own tensors changed; draw those again."""
         problems = []
         for name, want in before.items():
-            now = row_digests(self._input_rows(name, used[name].detach()))
+            now = row_digests(self.ctx.input_rows(name, used[name].detach()))
             rows = int((now != want).sum()) if now.shape == want.shape else -1
             if rows:
                 problems.append(f"{phase} changed input {name!r} ({rows} of {len(want)} rows)")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelcheck.checks.base import Check, Outcome, Trial, flat_rows, fmt_index
+from kernelcheck.checks.base import Check, Outcome, Trial, fmt_index
 from kernelcheck.checks.metrics import bits, first_bit_difference, row_digests
 
 
@@ -25,19 +25,14 @@ class Determinism(Check):
         self.differ = 0
         self.first: tuple[Trial, str] | None = None
 
-    def _rows(self, name: str, g: torch.Tensor) -> torch.Tensor:
-        """A gradient as ``[rows, ...]``: row-wise inputs by their lead rows, others whole."""
-        op = self.ctx.op
-        if op.is_row_wise(op.input(name)) and g.dim() >= len(self.ctx.lead):
-            return flat_rows(g, len(self.ctx.lead))
-        return g.reshape(1, -1)
-
     def _repeat(self, trial: Trial) -> list:
         outs = trial.own_call(self.ctx.call)
         results = [("output", o.detach().cpu()) for o in outs]
         if self.ctx.grad:
             _, grads = trial.own_call(lambda dev: self.ctx.call_backward(dev, trial.upstream))
-            results += [(f"gradient:{n}", self._rows(n, g.cpu())) for n, g in grads.items()]
+            results += [
+                (f"gradient:{n}", self.ctx.input_rows(n, g.cpu())) for n, g in grads.items()
+            ]
         return results
 
     def observe(self, trial: Trial) -> None:
@@ -45,7 +40,8 @@ class Determinism(Check):
         reference = [("output", o) for o in trial.outputs]
         if self.ctx.grad:
             reference += [
-                (f"gradient:{n}", row_digests(self._rows(n, g))) for n, g in trial.grads.items()
+                (f"gradient:{n}", row_digests(self.ctx.input_rows(n, g)))
+                for n, g in trial.grads.items()
             ]
         trial.finished(self.name)  # the digests are all the repeats need
         for r in range(1, max(2, int(self.params["repeats"]))):

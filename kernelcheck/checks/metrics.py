@@ -34,7 +34,8 @@ def _digest_weights(cols: int) -> torch.Tensor:
     if w is None:
         gen = torch.Generator().manual_seed(0x6B63)  # fixed: digests compare across calls
         w = torch.randint(-(2**30), 2**30, (cols,), dtype=torch.int32, generator=gen) | 1
-        _DIGEST_WEIGHTS.clear()  # one row length at a time is all a case needs
+        if len(_DIGEST_WEIGHTS) >= 8:  # a case digests a few row lengths (inputs, outputs)
+            _DIGEST_WEIGHTS.pop(next(iter(_DIGEST_WEIGHTS)))
         _DIGEST_WEIGHTS[cols] = w
     return w
 

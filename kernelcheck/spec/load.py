@@ -477,20 +477,20 @@ def _parse_tolerances(
         out[judgment] = {}
         own = names.get(judgment, [])
         for dname, tol in per_dtype.items():
-            if dtypes.canonical(dname) is None and dname in own:
+            short = dtypes.canonical(dname)
+            if short is not None:  # op-wide: fp32 = { atol, rtol }
+                out[judgment][short] = _tolerance(tol, path, f"{key}.{dname}")
+            elif dname in own:  # [tolerance.<check>.<name>]: its own dtype table
                 if not isinstance(tol, dict):
                     raise SpecError(path, f"{key}.{dname}", "expected a table of dtypes")
                 for d, t in tol.items():
                     short = _tolerance_dtype(d, path, f"{key}.{dname}.{d}")
                     out[judgment][f"{dname}:{short}"] = _tolerance(t, path, f"{key}.{dname}.{d}")
-                continue
-            if dtypes.canonical(dname) is None:
+            else:
                 valid = ["fp32", "bf16", "fp16", *own]
                 raise SpecError(
                     path, f"{key}.{dname}", _unknown("dtype, output or gradient", dname, valid)
                 )
-            short = _tolerance_dtype(dname, path, f"{key}.{dname}")
-            out[judgment][short] = _tolerance(tol, path, f"{key}.{dname}")
     return out
 
 
