@@ -35,10 +35,19 @@ class _Logp(torch.autograd.Function):
         selected = x2.gather(-1, safe.unsqueeze(-1)).squeeze(-1).float()
         row_max = torch.empty(x2.shape[0], dtype=torch.float32, device=logits.device)
         log_sum = torch.empty_like(row_max)
+        # one fp32 buffer for every chunk: a fresh multi-MB tensor per chunk costs its
+        # page faults each time (allocations this size come straight from mmap)
+        buf = torch.empty(0, dtype=torch.float32, device=logits.device)
         for sl in _row_chunks(x2.shape[0], vocab):
             x = x2[sl]
             m = x.amax(dim=-1, keepdim=True).float()
-            e = x.float().sub(m) if x.dtype == torch.float32 else x.float().sub_(m)
+            if buf.shape[0] < x.shape[0]:
+                buf = torch.empty(x.shape, dtype=torch.float32, device=logits.device)
+            e = buf[: x.shape[0]]
+            if x.dtype == torch.float32:
+                torch.sub(x, m, out=e)
+            else:
+                e.copy_(x).sub_(m)
             if tempered:
                 e.div_(temperature)
             # max first, then the log-sum: exact for rows offset far from zero
@@ -64,15 +73,17 @@ class _Logp(torch.autograd.Function):
         grad = torch.empty_like(x2)
         for sl in _row_chunks(x2.shape[0], x2.shape[1]):
             # d logp / d x = onehot(target) - softmax(x), zero on out-of-range rows
-            x = x2[sl]
-            p = x.float().sub(row_max[sl, None]) if x.dtype == torch.float32 else x.float()
-            if x.dtype != torch.float32:
-                p.sub_(row_max[sl, None])
+            x, p = x2[sl], grad[sl]  # computed in place in the gradient's rows: no copy
+            if x.dtype == torch.float32:
+                torch.sub(x, row_max[sl, None], out=p)
+            else:  # a bf16/fp16 gradient: the fp32 chunk, rounded once at the end
+                p = x.float().sub_(row_max[sl, None])
             if temperature != 1.0:
                 p.div_(temperature)
             p.sub_(log_sum[sl, None]).exp_().mul_(-coef[sl, None])
             p.scatter_add_(-1, safe[sl].unsqueeze(-1), coef[sl].unsqueeze(-1))
-            grad[sl] = p
+            if p.data_ptr() != grad[sl].data_ptr():
+                grad[sl] = p
         return grad.view(ctx.lead), None, None
 
 

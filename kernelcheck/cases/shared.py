@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+import torch.utils.serialization
 
 DEFAULT_BUDGET = 12 * 2**30  # at most this much of shared memory, and at most half its room
 
@@ -91,10 +92,22 @@ class SharedTrials:
         path = self._path(key, part)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         try:
-            torch.save(value, tmp)
+            _save_without_crc(value, tmp)
             tmp.replace(path)  # atomic: a reader sees the whole file or none
         except Exception:  # a full /dev/shm (torch says RuntimeError): just do not share
             tmp.unlink(missing_ok=True)
+
+
+def _save_without_crc(value, path: Path) -> None:
+    """``torch.save`` without the zip records' CRC-32: 3x faster (0.55 -> 0.19 s for
+    0.6 GB here), and a file in a private tmpfs folder, written atomically, needs none."""
+    config = torch.utils.serialization.config.save
+    crc = config.compute_crc32
+    config.compute_crc32 = False
+    try:
+        torch.save(value, path)
+    finally:
+        config.compute_crc32 = crc
 
 
 def forget(folder: Path | None) -> None:

@@ -386,10 +386,13 @@ class Trial:
         return self._cached("grads", run)
 
     def release(self) -> None:
-        """Drop the cached tensors (keeps seed and distribution for reporting)."""
+        """Drop the cached tensors (keeps seed and distribution for reporting), and the
+        invariance pool drawn for this trial: no later trial reads it."""
         keep = ("ctx", "seed", "distribution", "watch", "key", "readers")
         for key in [k for k in self.__dict__ if k not in keep]:
             del self.__dict__[key]
+        for mine in [m for m in self.ctx._pools if m[:2] == (self.seed, self.distribution)]:
+            del self.ctx._pools[mine]
 
     def gold_grad_chunks(self):
         """The float64 gold gradient, chunk by chunk (timed as ``gold``)."""

@@ -204,8 +204,12 @@ def run_case(
             }
     spent = dict.fromkeys(active, 0.0)
     broken: dict[str, Outcome] = {}
+    # observed in case order, except that checks reading none of the trial's results
+    # (the invariance checks, with pools of their own; integrity) come last: a trial's
+    # Qwen3-sized gradient is freed before an invariance pool is drawn beside it
+    observe_order = sorted(active.items(), key=lambda item: not item[1].uses)
     for trial in trials:
-        for name, check in active.items():
+        for name, check in observe_order:
             if name in broken or id(trial) not in wanted[name]:
                 trial.finished(name)
                 continue

@@ -50,3 +50,33 @@ def test_a_candidate_that_writes_its_cpu_inputs_spoils_no_verdict(catalog, monke
     assert "changed input 'logits'" in res["integrity"].message
     for name in ("forward_accuracy", "forward_precision", "determinism"):
         assert res[name].status == "pass", (name, res[name].message)
+
+
+def test_invariance_observes_after_the_trial_gradient_is_freed(catalog, monkeypatch):
+    """Checks reading none of a trial's results come last, so a Qwen3-sized gradient is
+    never alive beside an invariance pool; a released trial takes its pool with it."""
+    from kernelcheck.checks import invariance
+
+    seen = []
+    observe = invariance._Invariance.observe
+
+    def spy(self, trial):
+        seen.append((self.name, trial.__dict__.get("_grads", (None,))[0]))
+        observe(self, trial)
+        assert self.ctx._pools  # drawn for this trial ...
+
+    monkeypatch.setattr(invariance._Invariance, "observe", spy)
+    released = []
+    release = Trial.release
+
+    def spy_release(self):
+        release(self)
+        released.append(dict(self.ctx._pools))
+
+    monkeypatch.setattr(Trial, "release", spy_release)
+    checks = ["forward_invariance", "backward_invariance", "backward_accuracy", "determinism"]
+    res = run_small(catalog, "torch", checks, seeds=[0])
+    assert all(r.status == "pass" for r in res.values()), res
+    assert seen == [("forward_invariance", "freed"), ("backward_invariance", "freed")]
+    assert released and all(not pools for pools in released)  # ... and dropped with it
+    assert list(res) == checks  # reported in the order asked for
