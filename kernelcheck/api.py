@@ -193,6 +193,8 @@ def attribute_axes(
             raise UsageError(
                 f"--attr: unknown attribute {name!r} for op {spec.name}; valid: {valid}"
             )
+        if name in spec.switches and not isinstance(overrides[name], bool):
+            raise UsageError(f"--attr: {name} switches an input on or off: true or false")
     values = {
         n: ([overrides[n]] if n in overrides else list(v)) for n, v in spec.attributes.items()
     }

@@ -490,8 +490,9 @@ def _bench_group(
             results[n].error = f"import failed: {_error_text(exc)}"
             continue
         results[n].implementation = loaded.implementation
-        # the op's attributes at their first (default) values
-        fns[n] = with_attributes(loaded.fn, {k: v[0] for k, v in op.attributes.items()})
+        # the op's attributes at their first (default) values; switches stay off
+        defaults = {k: v[0] for k, v in op.attributes.items() if k not in op.switches}
+        fns[n] = with_attributes(loaded.fn, defaults)
 
     first = make_inputs(op, sizes, dtype, 0, "normal")
     set_bytes = sum(t.numel() * t.element_size() for t in first.values())

@@ -22,7 +22,7 @@ class _Logp(torch.autograd.Function):
     """Row-chunked forward and backward, so memory stays bounded at the Qwen3 vocab."""
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0):
+    def forward(ctx, logits: torch.Tensor, target: torch.Tensor, temperature: float, mask):
         # with a temperature T: softmax((x - max) / T), dividing after the exact max
         # subtraction (x / T first would round 1e4-sized logits by ~1e-3); T = 1 divides
         # nothing, so every bit is as without it
@@ -31,6 +31,8 @@ class _Logp(torch.autograd.Function):
         x2 = logits.reshape(-1, vocab)
         t1 = target.reshape(-1).long()
         valid = (t1 >= 0) & (t1 < vocab)
+        if mask is not None:  # a masked-out position selects nothing: exactly 0.0
+            valid &= mask.reshape(-1).to(device=valid.device, dtype=torch.bool)
         safe = torch.where(valid, t1, torch.zeros_like(t1))
         selected = x2.gather(-1, safe.unsqueeze(-1)).squeeze(-1).float()
         row_max = torch.empty(x2.shape[0], dtype=torch.float32, device=logits.device)
@@ -84,12 +86,17 @@ class _Logp(torch.autograd.Function):
             p.scatter_add_(-1, safe[sl].unsqueeze(-1), coef[sl].unsqueeze(-1))
             if p.data_ptr() != grad[sl].data_ptr():
                 grad[sl] = p
-        return grad.view(ctx.lead), None, None
+        return grad.view(ctx.lead), None, None, None
 
 
-def logp(logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def logp(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    temperature: float = 1.0,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """``(x[t] - max) - log(sum(exp(x - max)))`` in fp32 with ``x = logits / temperature``;
-    0.0 where ``t`` is out of range."""
+    0.0 where ``t`` is out of range or ``mask`` is false."""
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if logits.dim() < 1 or tuple(target.shape) != tuple(logits.shape[:-1]):
@@ -99,4 +106,8 @@ def logp(logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0) -
         )
     if math.prod(logits.shape) == 0 and logits.shape[-1] == 0:
         raise ValueError("logits vocab dimension must be > 0")
-    return _Logp.apply(logits, target, float(temperature))
+    if mask is not None and tuple(mask.shape) != tuple(target.shape):
+        raise ValueError(
+            f"mask shape {tuple(mask.shape)} must equal the target shape {tuple(target.shape)}"
+        )
+    return _Logp.apply(logits, target, float(temperature), mask)

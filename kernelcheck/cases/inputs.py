@@ -183,6 +183,7 @@ def make_inputs(
     """
     from kernelcheck.cases.grid import lead_shape
 
+    op = op.for_attributes({})  # a switched input (logp's mask) only where switched on
     lead = lead_shape(op, sizes) if lead is None else lead
     nrows = math.prod(lead)
     out: dict[str, torch.Tensor] = {}

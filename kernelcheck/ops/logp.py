@@ -12,15 +12,27 @@ def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return logits if temperature == 1.0 else logits / temperature
 
 
-def gold(logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+def _valid(target: torch.Tensor, vocab: int, mask: torch.Tensor | None) -> torch.Tensor:
+    """Rows that select a logit: the target in range and, with a mask, the mask true
+    (upstream: masked positions give exactly 0.0, whatever id they hold)."""
+    valid = (target >= 0) & (target < vocab)
+    return valid if mask is None else valid & mask
+
+
+def gold(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    temperature: float = 1.0,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """The exact answer, in whatever precision ``logits`` has (kernelcheck passes float64).
 
     Differentiable, so the gold gradient ``g * (onehot - softmax)`` comes from autograd;
-    rows with an out-of-range target get a zero gradient through ``where``.
+    rows with an out-of-range target, or masked out, get a zero gradient through ``where``.
     """
     logits = _tempered(logits, temperature)
     vocab = logits.shape[-1]
-    valid = (target >= 0) & (target < vocab)
+    valid = _valid(target, vocab, mask)
     safe = torch.where(valid, target, torch.zeros_like(target))
     selected = logits.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
     lse = torch.logsumexp(logits, dim=-1) if logits.requires_grad else _logsumexp(logits)
@@ -42,7 +54,10 @@ def _logsumexp(x: torch.Tensor) -> torch.Tensor:
 
 
 def reference_fp32(
-    logits: torch.Tensor, target: torch.Tensor, temperature: float = 1.0
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    temperature: float = 1.0,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """An honest fp32 computation on the same inputs: the yardstick of ``forward_precision``.
 
@@ -52,8 +67,7 @@ def reference_fp32(
     x = logits.float()
     if temperature != 1.0:  # divide after the exact max subtraction, as an honest kernel does
         x = _tempered(x - x.amax(dim=-1, keepdim=True), temperature)
-    vocab = x.shape[-1]
-    valid = (target >= 0) & (target < vocab)
+    valid = _valid(target, x.shape[-1], mask)
     safe = torch.where(valid, target, torch.zeros_like(target))
     row_max = x.amax(dim=-1, keepdim=True)
     log_sum = torch.log(torch.exp(x - row_max).sum(dim=-1))
@@ -67,14 +81,15 @@ def gold_backward(
     logits: torch.Tensor,
     target: torch.Tensor,
     temperature: float = 1.0,
+    mask: torch.Tensor | None = None,
 ):
     """The gold gradient analytically: ``g * (onehot(target) - softmax(logits / T)) / T``,
-    zero on rows whose target is out of range. Same float64 math as autograd of
-    :func:`gold`, in a few in-place passes (tests/test_gold.py checks they agree)."""
+    zero on rows whose target is out of range or masked out. Same float64 math as
+    autograd of :func:`gold`, in a few in-place passes (tests/test_gold.py checks they
+    agree)."""
     logits = _tempered(logits, temperature)
     g = upstream[0] if temperature == 1.0 else upstream[0] / temperature
-    vocab = logits.shape[-1]
-    valid = (target >= 0) & (target < vocab)
+    valid = _valid(target, logits.shape[-1], mask)
     coef = torch.where(valid, g, torch.zeros_like(g))
     shifted = logits - logits.amax(dim=-1, keepdim=True)
     tiny = shifted < EXP_FLOOR  # softmax below 1e-260 (or exactly 0 at -inf): 0

@@ -150,9 +150,13 @@ def run_case(
             yield result(name, Outcome("error", f"cannot load: {exc}"))
         return
     implementation, fn = loaded.implementation, loaded.fn
-    # the op's attributes (eps, temperature) are keyword arguments of every callable
-    attrs = case.attributes
-    if cannot := unhonoured(fn, op, attrs):
+    # the op's attributes (eps, temperature) are keyword arguments of every callable;
+    # a switch attribute (``when``) instead adds an input, which the candidate must take
+    attrs = {k: v for k, v in case.attributes.items() if k not in op.switches}
+    switchable = {i.name for i in op.inputs if i.when}
+    op = op.for_attributes(case.attributes)
+    switched = [i.name for i in op.inputs if i.name in switchable]
+    if cannot := unhonoured(fn, op, attrs) + sorted(set(switched) - takes(fn, switched)):
         why = f"candidate {cand.name} does not take {', '.join(cannot)} (no such parameter)"
         for name in case.checks:
             yield result(name, Outcome("skip", why))

@@ -194,6 +194,8 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         contract.get("out_of_range"), path, inputs, [o.name for o in outputs], list(grad_inputs)
     )
     grid = _parse_grid(_get(raw, "grid", dict, path, ""), path, dims)
+    attributes = _parse_attributes(_get(raw, "attributes", dict, path, "", default={}), path)
+    _check_switches(inputs, attributes, grad_inputs, path)
     return OpSpec(
         name=name,
         source=path,
@@ -220,10 +222,31 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         checks=_parse_checks(_get(raw, "checks", dict, path, "", default={}), path),
         candidates=_parse_candidates(raw.get("candidate", []), path),
         timeout_s=float(_get(raw, "timeout_s", (int, float), path, "", default=600.0)),
-        attributes=_parse_attributes(_get(raw, "attributes", dict, path, "", default={}), path),
+        attributes=attributes,
         masked=_parse_masked(contract.get("masked"), path, inputs, [o.name for o in outputs]),
         must_raise=_parse_must_raise(contract.get("must_raise"), path, inputs),
     )
+
+
+def _check_switches(inputs, attributes: dict, grad_inputs, path: Path) -> None:
+    """``when = "<attribute>"``: a bool attribute; the input is no gradient input, and no
+    input that is always there points into it."""
+    for inp in inputs:
+        if inp.when is None:
+            continue
+        key = f"input.{inp.name}.when"
+        values = attributes.get(inp.when)
+        if values is None:
+            raise SpecError(path, key, _unknown("attribute", inp.when, list(attributes)))
+        if not all(isinstance(v, bool) for v in values):
+            raise SpecError(path, key, f"attribute {inp.when!r} must be true or false")
+        if inp.name in grad_inputs:
+            raise SpecError(path, key, "a switched input cannot be a backward input")
+        for other in inputs:
+            if other.index_into == inp.name and other.when != inp.when:
+                raise SpecError(
+                    path, key, f"input {other.name!r} points into it (index_into) and is always on"
+                )
 
 
 def _input_of(name, kinds: tuple[str, ...], inputs, path: Path, key: str) -> str:
@@ -347,6 +370,7 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
             "out_of_range_fraction",
             "true_fraction",
             "scale",
+            "when",
         },
         path,
         key,
@@ -388,6 +412,7 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
         out_of_range_fraction=frac,
         true_fraction=true_fraction,
         scale=scale,
+        when=_get(t, "when", str, path, key, default=None),
     )
 
 

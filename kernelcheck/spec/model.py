@@ -6,7 +6,7 @@ is about to call them (so ``kernelcheck list`` works when a candidate module is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 
@@ -39,6 +39,9 @@ class InputSpec:
     out_of_range_fraction: float = 0.0
     true_fraction: float = 0.5  # values = "mask"
     scale: float = 1.0  # float draws are multiplied by it (an lm_head at ~1/sqrt(H))
+    # a bool attribute that switches this input on: drawn and passed only where it is true
+    # (logp's optional mask: existing candidates never see it at the default, false)
+    when: str | None = None
 
 
 VALUE_KINDS = {
@@ -164,6 +167,35 @@ class OpSpec:
     @property
     def base_dir(self) -> Path:
         return self.source.parent
+
+    @property
+    def switches(self) -> frozenset[str]:
+        """Attributes that switch an input on (``when``): never keyword arguments."""
+        return frozenset(i.when for i in self.inputs if i.when)
+
+    def for_attributes(self, attrs: dict) -> OpSpec:
+        """The op as one case sees it (attributes not in ``attrs`` at their defaults):
+        inputs switched off left out, with the contract rules that read them, and those
+        switched on plain inputs. Idempotent: a resolved op has no switches left."""
+        if not self.switches:
+            return self
+        off = {
+            i.name
+            for i in self.inputs
+            if i.when and not attrs.get(i.when, self.attributes[i.when][0])
+        }
+
+        def kept(rule, *names):
+            return None if rule is None or off & set(names) else rule
+
+        masked, raises, oor = self.masked, self.must_raise, self.out_of_range
+        return replace(
+            self,
+            inputs=tuple(replace(i, when=None) for i in self.inputs if i.name not in off),
+            masked=kept(masked, *(masked and (masked.mask, *masked.any_index) or ())),
+            must_raise=kept(raises, *(raises and (raises.input, raises.where) or ())),
+            out_of_range=kept(oor, *(oor and (oor.input,) or ())),
+        )
 
     def input(self, name: str) -> InputSpec:
         return next(i for i in self.inputs if i.name == name)

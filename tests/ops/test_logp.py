@@ -3,8 +3,10 @@ parameter run at 1.0 and are skipped elsewhere, and one that ignores it fails.""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+from kernelcheck.errors import UsageError
 from kernelcheck.ops import logp
 from tests.conftest import SMALL, run_one, with_candidate
 
@@ -39,3 +41,57 @@ def test_a_candidate_that_ignores_the_temperature_fails(catalog):
         cat, "logp", "lazy", "forward_accuracy", "fp32", SMALL, attributes={"temperature": 0.7}
     )
     assert res.status == "fail"
+
+
+def test_gold_and_its_gradient_apply_the_mask():
+    x = torch.randn(4, 11, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor([1, 50, 3, -100])  # a masked position may hold any id
+    mask = torch.tensor([True, False, False, True])
+    out = logp.gold(x, t, mask=mask)
+    assert torch.isclose(out[0], torch.log_softmax(x, -1)[0, 1])
+    assert out[1:].tolist() == [0.0, 0.0, 0.0]
+    g = torch.randn(4, dtype=torch.float64)
+    (auto,) = torch.autograd.grad(out, x, g)
+    analytic = logp.gold_backward([g], x.detach(), t, mask=mask)["logits"]
+    assert torch.allclose(auto, analytic, rtol=1e-12, atol=1e-14)
+    assert not analytic[1:].any()
+
+
+def test_masked_on_the_command_line(catalog):
+    """--attr with_mask=true draws a mask and passes it; a candidate without a mask
+    parameter is skipped there, and at the default nobody is passed one."""
+    kw = dict(attributes={"with_mask": True})
+    for check in ("forward_accuracy", "backward_accuracy", "contract", "backward_invariance"):
+        honest = run_one(catalog, "logp", "torch", check, "fp32", SMALL, **kw)
+        assert honest.status == "pass", (check, honest.message)
+    assert honest.case_id.endswith("-with_mask=true") and "--attr with_mask=true" in honest.repro
+    contract = run_one(catalog, "logp", "torch", "contract", "fp32", SMALL, **kw)
+    unmasked = run_one(catalog, "logp", "torch", "contract", "fp32", SMALL)
+    assert contract.metrics["verified"] == unmasked.metrics["verified"] + 1  # the masked rule
+    native = run_one(catalog, "logp", "cpu", "contract", "fp32", SMALL, **kw)
+    assert native.status == "skip" and "does not take mask" in native.message
+    assert run_one(catalog, "logp", "cpu", "contract", "fp32", SMALL).status == "pass"
+
+
+def test_masked_takes_true_or_false(catalog):
+    with pytest.raises(UsageError, match="with_mask switches an input on or off: true or false"):
+        run_one(
+            catalog, "logp", "torch", "contract", "fp32", SMALL, attributes={"with_mask": "yes"}
+        )
+
+
+@pytest.mark.parametrize(
+    "bug,checks",
+    [
+        ("ignores_mask", ("forward_accuracy", "contract")),
+        ("masked_gradient_leaks", ("backward_accuracy", "contract")),
+    ],
+)
+def test_a_candidate_that_mishandles_the_mask_fails(catalog, bug, checks):
+    cat = with_candidate(catalog, bug, f"broken_logp:{bug}")
+    for check in checks:
+        assert run_one(cat, "logp", bug, check, "fp32", SMALL).status == "pass"
+        res = run_one(cat, "logp", bug, check, "fp32", SMALL, attributes={"with_mask": True})
+        assert res.status == "fail", (check, res.message)
+        if check == "contract":
+            assert "masked position" in res.message or "gradient:logits" in res.message

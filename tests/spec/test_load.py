@@ -128,6 +128,32 @@ BAD = [
     ),
     (LOGP_HEAD + "[attributes]\neps = []\n", "attributes.eps", "non-empty list"),
     (
+        LOGP_HEAD.replace('index_of = "vocab"\n', 'index_of = "vocab"\nwhen = "maskd"\n')
+        + "[attributes]\nmasked = false\n",
+        "input.target.when",
+        "unknown attribute 'maskd' (did you mean 'masked'?)",
+    ),
+    (
+        LOGP_HEAD.replace('index_of = "vocab"\n', 'index_of = "vocab"\nwhen = "eps"\n')
+        + "[attributes]\neps = 1e-6\n",
+        "input.target.when",
+        "attribute 'eps' must be true or false",
+    ),
+    (
+        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nwhen = "on"\n')
+        + '[attributes]\non = false\n[backward]\ninputs = ["logits"]\n',
+        "input.logits.when",
+        "cannot be a backward input",
+    ),
+    (
+        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nwhen = "on"\n').replace(
+            'index_of = "vocab"\n', 'index_of = "vocab"\nindex_into = "logits"\n'
+        )
+        + "[attributes]\non = false\n",
+        "input.logits.when",
+        "input 'target' points into it (index_into) and is always on",
+    ),
+    (
         LOGP_HEAD + '[contract.masked]\nmask = "target"\noutputs = { logp = 0.0 }\n',
         "contract.masked.mask",
         "unknown mask input 'target'",
@@ -237,3 +263,17 @@ def test_per_name_tolerances_fall_back_to_the_op_wide_table(tmp_path):
     assert op.tolerance("forward_accuracy", "bf16", "logp").rtol == 0.1
     assert op.tolerance("forward_accuracy", "bf16") is None
     assert op.attributes == {"temperature": (1.0, 0.7), "mode": ("mean",)}
+
+
+def test_a_switched_input_exists_only_where_its_attribute_is_true(catalog):
+    """logp's mask: off at the default (no input, no masked rule), on with with_mask=true,
+    and resolving twice changes nothing."""
+    op = catalog.op("logp")
+    assert op.switches == {"with_mask"}
+    off = op.for_attributes({})
+    assert [i.name for i in off.inputs] == ["logits", "target"] and off.masked is None
+    assert off.out_of_range is not None and off.for_attributes({}) is off
+    on = op.for_attributes({"with_mask": True})
+    assert [i.name for i in on.inputs] == ["logits", "target", "mask"]
+    assert on.masked.mask == "mask" and not on.switches
+    assert on.for_attributes({}) is on  # resolved: the default no longer applies
