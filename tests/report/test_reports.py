@@ -48,7 +48,7 @@ def test_plain_keeps_the_old_harness_lines(report, catalog):
 
 def test_json_schema(report):
     data = json.loads(to_json(report))
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert {"environment", "results", "summary"} <= set(data)
     r = data["results"][0]
     for key in ("op", "candidate", "device", "dtype", "shape", "check", "status", "metrics",
@@ -65,6 +65,27 @@ def test_json_schema(report):
     }
     assert data["summary"]["counts"]["fail"] == 1 and data["summary"]["passed"] is False
     assert all("tensor" not in json.dumps(x["metrics"]) for x in data["results"])
+
+
+def test_json_plot_data_is_bounded_and_one_line_per_array(report):
+    text = to_json(report)
+    data = json.loads(text)
+    assert data == json.loads(json.dumps(report.to_dict(), default=str))  # only spacing differs
+    plots = {r["check"]: r["plots"] for r in data["results"] if r["candidate"] == "torch"}
+    (out,) = plots["forward_accuracy"]["errors"]
+    assert out["name"] == "output" and out["ulp"]["unit"] == "fp32" and "columns" not in out
+    assert sum(out["ulp"]["log2_counts"]) + out["ulp"]["nonfinite"] == 32  # every element
+    (grad,) = plots["backward_accuracy"]["errors"]
+    assert grad["name"] == "gradient:logits" and grad["ulp"]["unit"] == "bf16"
+    cols = grad["columns"]  # 257 columns: 64 buckets of 4, then the 257th alone
+    assert (cols["width"], len(cols["max_abs"]), cols["tail_start"]) == (4, 64, 256)
+    assert set(grad["by_distribution"]) == {"normal"}
+    assert set(plots["forward_precision"]["precision"]["normal"]) == {
+        "max_abs", "reference_max_abs", "limit",
+    }  # fmt: skip
+    grid = plots["forward_invariance"]["invariance"]
+    assert sum(sum(row["compared"]) for rows in grid.values() for row in rows) == 600
+    assert re.search(r'"max_abs": \[[-0-9.e, ]+\],?\n', text)  # 64 numbers, one line
 
 
 def test_junit_one_testcase_per_case_and_check(report):
