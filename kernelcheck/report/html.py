@@ -254,7 +254,9 @@ def _overview(results: list[dict]) -> str:
     for r in results:
         m = r.get("metrics") or {}
         if r["check"] == "forward_precision" and isinstance(m.get("ratio"), (int, float)):
-            points.append((r["candidate"], r["dtype"], float(m["ratio"])))
+            points.append(
+                (r["candidate"], r["dtype"], float(m["ratio"]), bool(m.get("n_nonfinite")))
+            )
             ratio = ratio or (r.get("tolerance") or {}).get("ratio")
     if not points:
         return ""

@@ -9,6 +9,7 @@ the plots of one page apart.
 from __future__ import annotations
 
 import io
+import re
 
 from kernelcheck.errors import UsageError
 
@@ -50,15 +51,25 @@ def _figure(width: float = 4.6, height: float = 2.5):
     return fig, ax
 
 
+_ID_REFERENCE = re.compile(r'(\bid="|href="#|url\(#)')
+
+
 def _svg(fig, salt: str) -> str:
-    """The figure as an ``<svg>`` element (no XML prolog), its ids salted by ``salt``."""
+    """The figure as an ``<svg>`` element for inline use: no XML prolog, no metadata, no
+    namespace URLs (HTML's parser needs none), indentation dropped, and every id (and
+    reference to one) prefixed by ``salt``: matplotlib names each figure's groups alike
+    (``figure_1``, ``axes_1``), and ids must be unique in a page."""
     import matplotlib
 
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
-    return text[text.index("<svg") :]
+    text = text[text.index("<svg") :]
+    text = re.sub(r"<metadata>.*?</metadata>", "", text, flags=re.S)
+    text = re.sub(r'\s*xmlns(:xlink)?="[^"]*"', "", text)
+    text = re.sub(r"\s*\n\s*", "\n", text)
+    return _ID_REFERENCE.sub(lambda m: f"{m.group(1)}{salt}-", text)
 
 
 def _legend(ax) -> None:
@@ -203,21 +214,34 @@ def _rectangle(xy, colour):
     return Rectangle(xy, 1, 1, facecolor=colour, edgecolor="white", linewidth=0.5)
 
 
-def precision_overview(points: list[tuple[str, str, float]], ratio: float, *, salt: str) -> str:
-    """``forward_precision``'s worst ratio to the reference per candidate (x) and dtype
-    (marker), every case: how candidates and dtypes compare at a glance."""
-    cands = list(dict.fromkeys(c for c, _, _ in points))
-    dtypes = list(dict.fromkeys(d for _, d, _ in points))
+def precision_overview(
+    points: list[tuple[str, str, float, bool]], ratio: float, *, salt: str
+) -> str:
+    """``forward_precision``'s ratio to the reference per candidate (x) and dtype (marker),
+    every case: how candidates and dtypes compare at a glance. A point whose candidate gave
+    NaN/Inf (its ratio is over the finite elements only) is a red cross at the top."""
+    cands = list(dict.fromkeys(p[0] for p in points))
+    dtypes = list(dict.fromkeys(p[1] for p in points))
+    finite = [max(r, 1e-3) for _, _, r, bad in points if not bad]
+    top = max([*finite, ratio]) * 3
     fig, ax = _figure(6.0, 2.6)
     markers = "os^Dv"
+
+    def x(cand: str, dtype: str) -> float:
+        return cands.index(cand) + 0.12 * (dtypes.index(dtype) - (len(dtypes) - 1) / 2)
+
     for k, dt in enumerate(dtypes):
-        xs = [cands.index(c) + 0.12 * (k - (len(dtypes) - 1) / 2) for c, d, _ in points if d == dt]
-        ys = [max(r, 1e-3) for _, d, r in points if d == dt]
-        ax.scatter(xs, ys, marker=markers[k % len(markers)], s=18, label=dt, alpha=0.8)
+        mine = [(c, r) for c, d, r, bad in points if d == dt and not bad]
+        ax.scatter([x(c, dt) for c, _ in mine], [max(r, 1e-3) for _, r in mine],
+                   marker=markers[k % len(markers)], s=18, label=dt, alpha=0.8)  # fmt: skip
+    bad = [(c, d) for c, d, _, b in points if b]
+    if bad:
+        ax.scatter([x(c, d) for c, d in bad], [top] * len(bad), marker="x", color=_LIMIT, s=24,
+                   label="NaN/Inf")  # fmt: skip
     ax.axhline(ratio, color=_LIMIT, linewidth=0.8, linestyle="--", label=f"ratio {ratio:g}")
     ax.set_yscale("log")
     ax.set_xticks(range(len(cands)), cands, rotation=20, fontsize=7, ha="right")
     ax.set_ylabel("max error / reference's", fontsize=7)
     ax.set_title("forward_precision: error ratio to the fp32 reference", fontsize=8)
-    ax.legend(fontsize=6, frameon=False, ncols=len(dtypes) + 1)
+    _legend(ax)
     return _svg(fig, salt)
