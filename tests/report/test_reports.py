@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -11,6 +12,7 @@ from rich.console import Console
 
 from kernelcheck import api
 from kernelcheck.report import render_table, to_json, to_junit, to_markdown, to_plain
+from kernelcheck.report.json_report import dumps_report
 from tests.conftest import with_candidate
 
 CASE_LINE = re.compile(
@@ -112,3 +114,28 @@ def test_terminal_table_renders(report):
     render_table(report, console)
     text = console.export_text()
     assert "logp / torch on cpu" in text and "FAILED" in text and "repro:" in text
+
+
+def test_plot_data_is_bounded_whatever_the_shape(catalog):
+    """The same plot data at vocab 257 and 10000 (64 column buckets, fixed histograms), and
+    within the 2x the JSON may grow by over a report without it."""
+
+    def run(shape):
+        report = api.run(
+            catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32",
+            shape=shape, seeds=[0], distributions="normal", isolate=False,
+            check_names="forward_accuracy,backward_accuracy,forward_precision,forward_invariance",
+        )  # fmt: skip
+        return json.loads(to_json(report))
+
+    sizes = []
+    for shape in ({"batch": 2, "seq": 16, "vocab": 257}, {"batch": 4, "vocab": 10000}):
+        data = run(shape)
+        plots = [json.dumps(r["plots"]) for r in data["results"]]
+        sizes.append([len(p) for p in plots])
+        without = copy.deepcopy(data)
+        for r in without["results"]:
+            del r["plots"]
+        assert len(dumps_report(data)) < 2 * len(dumps_report(without))
+    for small, large in zip(*sizes):
+        assert abs(small - large) < 0.25 * small, sizes
