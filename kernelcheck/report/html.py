@@ -66,7 +66,8 @@ document.addEventListener('click', function (e) {
 """
 
 
-def e(value) -> str:
+def esc(value) -> str:
+    """Text or an attribute value, HTML-escaped."""
     return html.escape(str(value), quote=True)
 
 
@@ -84,7 +85,7 @@ def case_label(r: dict) -> str:
     return f"{r['dtype']} {shape_text(r.get('shape') or {})}{attrs}"
 
 
-def to_html(report: dict, diff: Diff | None = None, title: str | None = None) -> str:
+def to_html(report: dict, diff: Diff | None = None) -> str:
     """The page for ``report`` (a loaded JSON report: one run or merged shards), with
     ``diff`` (baseline -> this report) highlighted when given."""
     results = report.get("results") or []
@@ -93,10 +94,10 @@ def to_html(report: dict, diff: Diff | None = None, title: str | None = None) ->
     verdict = "PASSED" if summary.get("passed") else "FAILED"
     if summary.get("interrupted"):
         verdict = f"INTERRUPTED ({summary['interrupted']})"
-    title = title or f"kernelcheck {report.get('op')} on {report.get('device')}: {verdict}"
+    title = f"kernelcheck {report.get('op')} on {report.get('device')}: {verdict}"
     body = [
-        f"<h1>kernelcheck <code>{e(report.get('op'))}</code> on {e(report.get('device'))}: "
-        f'<span class="verdict-{"pass" if summary.get("passed") else "fail"}">{e(verdict)}</span>'
+        f"<h1>kernelcheck <code>{esc(report.get('op'))}</code> on {esc(report.get('device'))}: "
+        f'<span class="verdict-{"pass" if summary.get("passed") else "fail"}">{esc(verdict)}</span>'
         "</h1>",
         _chips(summary),
         _header_facts(report, summary),
@@ -112,7 +113,7 @@ def to_html(report: dict, diff: Diff | None = None, title: str | None = None) ->
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{e(title)}</title><style>{CSS}</style></head>\n<body>\n"
+        f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body>\n"
         + "\n".join(b for b in body if b)
         + f"\n<script>{SCRIPT}</script>\n</body></html>\n"
     )
@@ -121,7 +122,7 @@ def to_html(report: dict, diff: Diff | None = None, title: str | None = None) ->
 def _chips(summary: dict) -> str:
     counts = summary.get("counts") or {}
     chips = "".join(
-        f'<span class="s-{e(s)}" data-status="{e(s)}" data-count="{int(n)}">{int(n)} {e(s)}</span>'
+        f'<span class="s-{esc(s)}" data-count="{int(n)}">{int(n)} {esc(s)}</span>'
         for s, n in counts.items()
         if n
     )
@@ -137,13 +138,13 @@ def _header_facts(report: dict, summary: dict) -> str:
         facts.append(f"merged from {len(shards)} reports")
     facts.append(f"schema {report.get('schema_version')}")
     unavailable = summary.get("unavailable_candidates") or {}
-    lines = [f'<p class="meta">{e(" · ".join(facts))}</p>']
+    lines = [f'<p class="meta">{esc(" · ".join(facts))}</p>']
     for cand, why in unavailable.items():
-        lines.append(f'<p class="meta">candidate <b>{e(cand)}</b> unavailable: {e(why)}</p>')
+        lines.append(f'<p class="meta">candidate <b>{esc(cand)}</b> unavailable: {esc(why)}</p>')
     if summary.get("not_run"):
         lines.append(
             f'<p class="meta">{len(summary["not_run"])} case(s) did not run: '
-            f"{e(', '.join(summary['not_run']))}</p>"
+            f"{esc(', '.join(summary['not_run']))}</p>"
         )
     return "\n".join(lines)
 
@@ -166,7 +167,7 @@ def _diff_section(d: Diff, results: list[dict]) -> str:
 
     def link(key, text: str) -> str:
         i = where.get(key)
-        return f'<a href="#{anchor(i)}">{e(text)}</a>' if i is not None else e(text)
+        return f'<a href="#{anchor(i)}">{esc(text)}</a>' if i is not None else esc(text)
 
     def status(s):
         return s if s is not None else "absent"
@@ -174,7 +175,7 @@ def _diff_section(d: Diff, results: list[dict]) -> str:
     items: list[tuple[str, str]] = []
     for c in d.new_failures:
         items.append(("bad", link(c.key, f"{c.case_id} {c.check}: {status(c.before)} → {c.after}")))
-    items += [("bad", f"disappeared: {e(line)}") for line in disappeared_lines(d)]
+    items += [("bad", f"disappeared: {esc(line)}") for line in disappeared_lines(d)]
     for c in d.newly_skipped:
         items.append(("bad", link(c.key, f"{c.case_id} {c.check}: {status(c.before)} → skip")))
     for m in d.metric_regressions:
@@ -187,12 +188,12 @@ def _diff_section(d: Diff, results: list[dict]) -> str:
         items.append(("good", link(c.key, f"{c.case_id} {c.check}: {status(c.before)} → pass")))
     items += [("", link(c.key, f"appeared: {c.case_id} {c.check} ({c.after})")) for c in d.appeared]
     lis = "".join(f'<li class="{cls}">{text}</li>' for cls, text in items)
-    notes = "".join(f'<p class="meta">note: {e(n)}</p>' for n in d.notes)
+    notes = "".join(f'<p class="meta">note: {esc(n)}</p>' for n in d.notes)
     still = f'<p class="meta">still failing: {len(d.still_failing)}</p>' if d.still_failing else ""
     verdict = "verdict-fail" if d.regressed else "verdict-pass"
     return (
         f'<h2 id="diff">Diff against the baseline</h2><p class="{verdict}" data-regressed='
-        f'"{str(d.regressed).lower()}"><b>{e(diff_headline(d))}</b></p>{notes}'
+        f'"{str(d.regressed).lower()}"><b>{esc(diff_headline(d))}</b></p>{notes}'
         f'<ul class="diff">{lis}</ul>{still}'
     )
 
@@ -215,7 +216,7 @@ def _matrix(results: list[dict], marks: dict[tuple, str]) -> str:
     order = list(dict.fromkeys(r["candidate"] for r in results))  # a candidate's rows together
     rows = dict(sorted(rows.items(), key=lambda kv: order.index(kv[0][0])))
     devices = {r.get("device") for r in results}
-    head = "".join(f"<th>{e(c)}</th>" for c in checks)
+    head = "".join(f"<th>{esc(c)}</th>" for c in checks)
     lines = [
         '<h2 id="summary">Summary</h2><table class="matrix"><thead><tr><th>candidate</th>'
         f"<th>case</th>{head}</tr></thead><tbody>"
@@ -233,10 +234,10 @@ def _matrix(results: list[dict], marks: dict[tuple, str]) -> str:
             mark = marks.get(result_key(r), "")
             tip = r.get("message") or _headline(r)
             tds.append(
-                f'<td class="cell s-{e(r["status"])} {mark}" data-status="{e(r["status"])}" '
-                f'title="{e(tip[:300])}"><a href="#{anchor(i)}">{e(r["status"])}</a></td>'
+                f'<td class="cell s-{esc(r["status"])} {mark}" data-status="{esc(r["status"])}" '
+                f'title="{esc(tip[:300])}"><a href="#{anchor(i)}">{esc(r["status"])}</a></td>'
             )
-        lines.append(f"<tr><td>{e(who)}</td><td>{e(case_label(first))}</td>{''.join(tds)}</tr>")
+        lines.append(f"<tr><td>{esc(who)}</td><td>{esc(case_label(first))}</td>{''.join(tds)}</tr>")
     lines.append("</tbody></table>")
     return "".join(lines)
 
@@ -283,8 +284,8 @@ def _repro(command: str) -> str:
     if not command:
         return ""
     return (
-        f'<div class="repro"><code>{e(command)}</code>'
-        f'<button class="copy" type="button" data-copy="{e(command)}">copy</button></div>'
+        f'<div class="repro"><code>{esc(command)}</code>'
+        f'<button class="copy" type="button" data-copy="{esc(command)}">copy</button></div>'
     )
 
 
@@ -304,11 +305,11 @@ def _failure(i: int, r: dict) -> str:
         + "</p>"
     )
     return (
-        f'<section class="result st-{e(r["status"])}" id="{anchor(i)}" '
-        f'data-check="{e(r["check"])}">'
-        f"<h3>{e(r['case_id'])} · {e(r['check'])} · {e(r['status'])}</h3>"
-        f'<p class="msg">{e(r.get("message") or "")}</p>{_repro(r.get("repro") or "")}'
-        f'<p class="meta">{e(" · ".join(facts))}</p><div class="plots">{shown}</div></section>'
+        f'<section class="result st-{esc(r["status"])}" id="{anchor(i)}" '
+        f'data-check="{esc(r["check"])}">'
+        f"<h3>{esc(r['case_id'])} · {esc(r['check'])} · {esc(r['status'])}</h3>"
+        f'<p class="msg">{esc(r.get("message") or "")}</p>{_repro(r.get("repro") or "")}'
+        f'<p class="meta">{esc(" · ".join(facts))}</p><div class="plots">{shown}</div></section>'
     )
 
 
@@ -350,10 +351,10 @@ def _results_table(results: list[dict], marks: dict[tuple, str]) -> str:
         target = "" if r["status"] in FAILING else f' id="{anchor(i)}" class="target"'
         mark = marks.get(result_key(r), "")
         rows.append(
-            f"<tr{target}><td>{e(r['candidate'])}</td><td>{e(case_label(r))}</td>"
-            f'<td>{e(r["check"])}</td><td class="cell s-{e(r["status"])} {mark}">'
-            f'<a href="#{anchor(i)}">{e(r["status"])}</a></td><td>{e(worst)}</td>'
-            f"<td>{e(note[:200])}</td></tr>"
+            f"<tr{target}><td>{esc(r['candidate'])}</td><td>{esc(case_label(r))}</td>"
+            f'<td>{esc(r["check"])}</td><td class="cell s-{esc(r["status"])} {mark}">'
+            f'<a href="#{anchor(i)}">{esc(r["status"])}</a></td><td>{esc(worst)}</td>'
+            f"<td>{esc(note[:200])}</td></tr>"
         )
     return (
         '<h2 id="results">All results</h2><table class="matrix results"><thead><tr>'
@@ -363,7 +364,7 @@ def _results_table(results: list[dict], marks: dict[tuple, str]) -> str:
 
 
 def _kv_table(pairs: list[tuple[str, str]]) -> str:
-    rows = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in pairs)
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in pairs)
     return f"<table>{rows}</table>"
 
 
@@ -389,9 +390,9 @@ def _environment(report: dict, summary: dict) -> str:
             env_s = s.get("environment") or {}
             host = ", ".join(f"{k} {env_s[k]}" for k in ("torch", "platform") if env_s.get(k))
             out.append(
-                f"<tr><td>{e(s.get('source'))}</td><td>{e(s.get('shard') or '')}</td>"
-                f"<td>{e(s.get('results'))}</td><td>{e(s.get('passed'))}</td>"
-                f"<td>{e(s.get('wall_time_s'))}</td><td>{e(host)}</td></tr>"
+                f"<tr><td>{esc(s.get('source'))}</td><td>{esc(s.get('shard') or '')}</td>"
+                f"<td>{esc(s.get('results'))}</td><td>{esc(s.get('passed'))}</td>"
+                f"<td>{esc(s.get('wall_time_s'))}</td><td>{esc(host)}</td></tr>"
             )
         out.append("</table>")
     shrunk = summary.get("shrunk") or {}
