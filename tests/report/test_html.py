@@ -231,22 +231,6 @@ def test_schema_1_reports_render_without_plots(planted, tmp_path):
     assert any(s["plots"] for s in sections) and any(not s["plots"] for s in sections)
 
 
-def test_report_without_matplotlib_exits_2_with_the_install_command(planted, tmp_path):
-    report = _write(tmp_path / "r.json", planted)
-    block = "import sys; sys.modules['matplotlib'] = None; from kernelcheck.cli import entry; "
-    for args in (
-        ["report", str(report), "--html-out", str(tmp_path / "r.html")],
-        ["run", "--op", "logp", "--candidate", "torch", "--html-out", str(tmp_path / "x.html")],
-    ):
-        p = subprocess.run(
-            [sys.executable, "-c", block + f"entry({args!r})"], capture_output=True, text=True
-        )
-        assert p.returncode == 2, p.stderr
-        assert "matplotlib" in p.stderr and "pip install -e '.[report]'" in p.stderr
-        assert len(p.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "r.html").exists() and not (tmp_path / "x.html").exists()
-
-
 def test_run_html_out_writes_the_page(tmp_path):
     out = tmp_path / "run.html"
     p = kc("run", "--op", "logp", "--candidate", "torch", "--dtype", "fp32", "--batch", "2",

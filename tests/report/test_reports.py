@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -139,3 +141,21 @@ def test_plot_data_is_bounded_whatever_the_shape(catalog):
         assert len(dumps_report(data)) < 2 * len(dumps_report(without))
     for small, large in zip(*sizes):
         assert abs(small - large) < 0.25 * small, sizes
+
+
+def test_report_without_matplotlib_exits_2_with_the_install_command(report, tmp_path):
+    """Runs whether the 'report' extra is installed or not: the import is blocked."""
+    path = tmp_path / "r.json"
+    path.write_text(to_json(report))
+    block = "import sys; sys.modules['matplotlib'] = None; from kernelcheck.cli import entry; "
+    for args in (
+        ["report", str(path), "--html-out", str(tmp_path / "r.html")],
+        ["run", "--op", "logp", "--candidate", "torch", "--html-out", str(tmp_path / "x.html")],
+    ):
+        p = subprocess.run(
+            [sys.executable, "-c", block + f"entry({args!r})"], capture_output=True, text=True
+        )
+        assert p.returncode == 2, p.stderr
+        assert "matplotlib" in p.stderr and "pip install -e '.[report]'" in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "x.html").exists()
