@@ -125,6 +125,14 @@ def run(
     junit_out: Annotated[
         Optional[Path], typer.Option("--junit-out", help="Write JUnit XML here.", metavar="FILE")
     ] = None,
+    html_out: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--html-out",
+            help="Write the HTML report here (needs the 'report' extra).",
+            metavar="FILE",
+        ),
+    ] = None,
     shard: Annotated[
         Optional[str],
         typer.Option("--shard", help="Run shard K of N (1-based): 2/4.", metavar="K/N"),
@@ -173,6 +181,7 @@ def run(
     """Run the checks of an op's candidates over its dtype x shape grid."""
     from kernelcheck import api
     from kernelcheck import report as rep
+    from kernelcheck.commands.report import html_out_problem, write_page
     from kernelcheck.compare import read_report
     from kernelcheck.report.json_report import JsonReportWriter, check_writable, write_atomic
 
@@ -185,6 +194,8 @@ def run(
         for flag, path in (("--json-out", json_out), ("--junit-out", junit_out)):
             if path is not None and (why := check_writable(path)):
                 raise UsageError(f"{flag}: {why}")
+        if html_out is not None and (why := html_out_problem(html_out)):
+            raise UsageError(why)
         catalog = _catalog(spec)
         plan = api.plan(
             catalog,
@@ -240,6 +251,8 @@ def run(
             typer.echo(f"kernelcheck: error: --json-out: {writer.error}", err=True)
     if junit_out:
         write_atomic(junit_out, rep.to_junit(report))
+    if html_out:
+        write_page(html_out, report.to_dict(), base)
     notes = shrink_notes(report, shrunk) if shrink and not report.interrupted else []
     out = Console(soft_wrap=False, width=_width())
     if fmt == "table":
@@ -350,10 +363,12 @@ def doctor(
 def _register_commands() -> None:
     from kernelcheck.commands.bench import bench
     from kernelcheck.commands.compare import diff, merge
+    from kernelcheck.commands.report import report
 
     app.command()(bench)
     app.command()(merge)
     app.command()(diff)
+    app.command()(report)
 
 
 _register_commands()

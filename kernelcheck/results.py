@@ -12,7 +12,8 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: results carry ``plots``; schema 1 reports (without) still load
+READABLE_SCHEMAS = (1, 2)
 STATUSES = ("pass", "fail", "error", "timeout", "crash", "skip")
 FAILING = ("fail", "error", "timeout", "crash")
 
@@ -38,6 +39,10 @@ class CheckResult:
     failing_distribution: str | None = None  # the failing row's, when a mixed trial held it
     # the op attributes that tell this case from its neighbours (a grid axis, an --attr)
     attributes: dict = field(default_factory=dict)
+    # where the error sits, bounded whatever the shape (ULP histogram, worst error by column
+    # bucket and by distribution, invariance grid, precision against the reference): the
+    # data behind the HTML report's plots; empty where a check has none, and in schema 1
+    plots: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)

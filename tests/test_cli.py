@@ -38,7 +38,7 @@ def test_run_passes_and_writes_every_report(tmp_path):
 
 @pytest.mark.parametrize("fmt,marker", [("plain", "suite=logp passed=True"),
                                         ("markdown", "### kernelcheck `logp`"),
-                                        ("json", '"schema_version": 1'),
+                                        ("json", '"schema_version": 2'),
                                         ("table", "logp / torch on cpu")])  # fmt: skip
 def test_every_format(fmt, marker):
     p = kc("run", "--op", "logp", "--candidate", "torch", *SMALL, "--checks",

@@ -93,9 +93,37 @@ def test_merge_refuses_another_spec_or_schema(runs):
     with pytest.raises(UsageError, match="different run parameters"):
         merge([a, b], ["A.json", "B.json"])
     b["plan_digest"] = "p1"
-    b["schema_version"] = 2
-    with pytest.raises(UsageError, match="B.json: schema_version 2 is not supported"):
+    b["schema_version"] = 3
+    with pytest.raises(UsageError, match="B.json: schema_version 3 is not supported"):
         merge([a, b], ["A.json", "B.json"])
+
+
+def schema_1(report: dict) -> dict:
+    """``report`` as kernelcheck wrote it before schema 2: no ``plots`` in its results."""
+    old = copy.deepcopy(report)
+    old["schema_version"] = 1
+    for r in old["results"]:
+        del r["plots"]
+    return old
+
+
+def test_schema_1_reports_still_load_merge_and_diff(runs, tmp_path):
+    from kernelcheck.results import CheckResult
+
+    full, (a, b) = runs
+    assert full["schema_version"] == 2 and any(r["plots"] for r in full["results"])
+    assert CheckResult.from_dict(schema_1(full)["results"][0]).plots == {}
+    merged = merge([schema_1(a), b])  # an old shard beside a new one
+    assert merged["schema_version"] == 2
+    assert _table(merged) == _table(full)
+    assert not diff(schema_1(full), full).regressed and not diff(full, schema_1(full)).regressed
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(schema_1(a)))
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(b))
+    result = _invoke("merge", "-o", tmp_path / "all.json", old, new)
+    assert result.exit_code == 0, result.output
+    assert _invoke("diff", old, old).exit_code == 0
 
 
 def test_merge_combines_not_run_and_interrupted(runs):

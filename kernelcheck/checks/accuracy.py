@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from kernelcheck.cases.inputs import row_distribution
+from kernelcheck.cases.inputs import parts_of, row_distribution
 from kernelcheck.checks.base import Check, Outcome, Trial, flat_rows, fmt_index
-from kernelcheck.checks.metrics import ErrorStats, merge_stats
+from kernelcheck.checks.metrics import ErrorProfile, ErrorStats, merge_stats
 
 
 class _ToleranceCheck(Check):
@@ -20,14 +20,19 @@ class _ToleranceCheck(Check):
         self.failed: tuple[Trial, ErrorStats, str, bool] | None = None
         self.worst: Trial | None = None
         self.worst_abs = -1.0
+        self.profiles: dict[str, ErrorProfile] = {}  # per output or gradient, every trial
 
     def judged(self) -> list[str]:
         """The outputs or gradients this check judges, by name."""
         raise NotImplementedError
 
-    def stats(self, name: str) -> ErrorStats:
+    def stats(self, name: str, trial: Trial, row_wise: bool) -> ErrorStats:
+        """Statistics of one output or gradient of ``trial``, with its error profile: a
+        row-wise tensor's rows come from the trial's distributions in turn; a shared one
+        (a norm's weight gradient) mixes them all."""
         tol = self.tols[name]
-        return ErrorStats(tol.atol, tol.rtol)
+        dists = parts_of(trial.distribution) if row_wise else [trial.distribution]
+        return ErrorStats(tol.atol, tol.rtol, profile=ErrorProfile(dists))
 
     def skip_reason(self) -> str | None:
         missing = [n for n, t in self.tols.items() if t is None]
@@ -38,6 +43,10 @@ class _ToleranceCheck(Check):
 
     def _record(self, trial: Trial, st: ErrorStats, what: str, row_wise: bool) -> None:
         merge_stats(self.total, st)
+        if what in self.profiles:
+            self.profiles[what].merge(st.profile)
+        else:
+            self.profiles[what] = st.profile
         if st.max_abs > self.worst_abs:
             self.worst, self.worst_abs = trial, st.max_abs
         if st.n_bad and self.failed is None:
@@ -56,11 +65,11 @@ class _ToleranceCheck(Check):
         if own:
             tol["per_name"] = own
         metrics = self.total.metrics()
+        plots = {"errors": [{"name": w, **p.to_dict()} for w, p in self.profiles.items()]}
         if self.failed is None:
             t = self.worst
-            return Outcome(
-                "pass", "", metrics, tol, t.seed if t else None, t.distribution if t else None
-            )
+            seed, dist = (t.seed, t.distribution) if t else (None, None)
+            return Outcome("pass", "", metrics, tol, seed, dist, plots=plots)
         trial, st, what, row_wise = self.failed
         dist = trial.distribution
         if st.first_bad is None:
@@ -86,7 +95,7 @@ class _ToleranceCheck(Check):
             if row_wise:
                 dist = row_distribution(trial.distribution, st.first_bad[0])  # that row's
         message += f" [seed {trial.seed}, {dist}]"
-        return Outcome("fail", message, metrics, tol, trial.seed, dist, trial.distribution)
+        return Outcome("fail", message, metrics, tol, trial.seed, dist, trial.distribution, plots)
 
 
 class ForwardAccuracy(_ToleranceCheck):
@@ -107,8 +116,8 @@ class ForwardAccuracy(_ToleranceCheck):
             if tuple(c.shape) != tuple(g.shape):
                 self._shape_fail(trial, what, c.shape, g.shape)
                 continue
-            st = self.stats(spec.name)
             row_wise = self.ctx.op.is_row_wise(spec)
+            st = self.stats(spec.name, trial, row_wise)
             if row_wise:
                 st.update(flat_rows(c, nlead), flat_rows(g, nlead))
             else:
@@ -129,7 +138,8 @@ class BackwardAccuracy(_ToleranceCheck):
     def observe(self, trial: Trial) -> None:
         grads = trial.grads
         nlead = len(self.ctx.lead)
-        per_input = {n: self.stats(n) for n in grads}
+        row_wise = {n: self.ctx.op.is_row_wise(self.ctx.op.input(n)) for n in grads}
+        per_input = {n: self.stats(n, trial, row_wise[n]) for n in grads}
         flat = {}
         for n, g in grads.items():
             want = tuple(trial.cpu_inputs[n].shape)
@@ -137,8 +147,7 @@ class BackwardAccuracy(_ToleranceCheck):
                 self._shape_fail(trial, f"gradient:{n}", g.shape, want)
                 per_input.pop(n)
                 continue
-            row_wise = self.ctx.op.is_row_wise(self.ctx.op.input(n))
-            flat[n] = flat_rows(g, nlead) if row_wise else g
+            flat[n] = flat_rows(g, nlead) if row_wise[n] else g
         for sl, chunk in trial.gold_grad_chunks():
             for n, gold_rows in chunk.items():
                 if n not in per_input:
@@ -148,4 +157,4 @@ class BackwardAccuracy(_ToleranceCheck):
                 else:
                     per_input[n].update(flat[n][sl], gold_rows, row_offset=sl.start)
         for n, st in per_input.items():
-            self._record(trial, st, f"gradient:{n}", self.ctx.op.is_row_wise(self.ctx.op.input(n)))
+            self._record(trial, st, f"gradient:{n}", row_wise[n])

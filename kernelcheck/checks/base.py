@@ -42,6 +42,7 @@ class Outcome:
     seed: int | None = None
     distribution: str | None = None  # where the failure is: the failing row's distribution
     trial_distribution: str | None = None  # what reruns it (a mixed trial's "a+b+..."); None: same
+    plots: dict = field(default_factory=dict)  # bounded data for the HTML report's plots
 
 
 def no_progress(check: str | None, probe: str) -> None:

@@ -31,6 +31,18 @@ from kernelcheck.checks.base import Check, Outcome, Trial
 from kernelcheck.checks.metrics import first_bit_difference, row_digests
 
 POOL_BYTES = 1 << 30  # the pool's inputs at most ~1 GiB: R shrinks only for huge rows
+POSITION_BUCKETS = 16  # the invariance grid's columns: positions in a batch, bucketed
+
+
+def position_counts(bad: torch.Tensor, buckets: int = POSITION_BUCKETS) -> tuple[int, list, list]:
+    """(width, compared, mismatched) of one batch's ``bad`` (per position: differs from the
+    row alone) over at most ``buckets`` position buckets of ``width`` positions each."""
+    n = bad.numel()
+    width = max(1, -(-n // buckets))
+    bucket = torch.arange(n) // width
+    compared = torch.bincount(bucket, minlength=-(-n // width))
+    mismatched = torch.bincount(bucket, weights=bad.double(), minlength=len(compared))
+    return width, compared.tolist(), [int(x) for x in mismatched]
 
 
 def lead_layouts(n: int, lead_3d: bool) -> list[tuple[str, tuple[int, ...]]]:
@@ -94,6 +106,8 @@ class _Invariance(Check):
         self.first: str | None = None
         self.first_trial: Trial | None = None
         self.first_dist: str | None = None
+        # the invariance grid: (layout, batch size) -> [position width, compared, mismatched]
+        self.grid: dict[tuple[str, int], list] = {}
 
     def skip_reason(self) -> str | None:
         op = self.ctx.op
@@ -168,6 +182,7 @@ class _Invariance(Check):
         at = torch.tensor(index)
         per_output = [row_digests(got) != want[at] for got, want in zip(results, digests)]
         bad = torch.stack(per_output).any(dim=0)
+        self._place(label, bad)
         self.comparisons += len(index)
         n_bad = int(bad.sum())
         if not n_bad:
@@ -185,6 +200,27 @@ class _Invariance(Check):
                 f"{first_bit_difference(results[k][pos], alone[row][k][0])} vs alone"
             )
 
+    def _place(self, label: str, bad: torch.Tensor) -> None:
+        """Count one batch into the grid of (layout, batch size) x position bucket."""
+        width, compared, mismatched = position_counts(bad)
+        cell = self.grid.setdefault((label, len(bad)), [width, [0] * len(compared), None])
+        cell[1] = [a + b for a, b in zip(cell[1], compared)]
+        if any(mismatched):
+            cell[2] = [a + b for a, b in zip(cell[2] or [0] * len(mismatched), mismatched)]
+
+    def plots(self) -> dict:
+        """The grid: per layout, one row per batch size (smallest first); ``mismatched``
+        only where some row differs."""
+        grid: dict[str, list] = {}
+        for label, _ in self.grid:  # layouts in the order they ran
+            grid.setdefault(label, [])
+        for (label, n), (width, compared, mismatched) in sorted(self.grid.items()):
+            row = {"batch": n, "position_width": width, "compared": compared}
+            if mismatched:
+                row["mismatched"] = mismatched
+            grid[label].append(row)
+        return {"invariance": grid}
+
     def outcome(self) -> Outcome:
         metrics = {
             "compared_rows": self.distinct,
@@ -201,8 +237,10 @@ class _Invariance(Check):
                 f"{self.mismatched} of {self.comparisons} row placements differ in bits from the "
                 f"same row alone; first: {self.first} [seed {t.seed}, {self.first_dist}]"
             )
-            return Outcome("fail", msg, metrics, tol, t.seed, self.first_dist, t.distribution)
-        return Outcome("pass", "", metrics, tol)
+            return Outcome(
+                "fail", msg, metrics, tol, t.seed, self.first_dist, t.distribution, self.plots()
+            )
+        return Outcome("pass", "", metrics, tol, plots=self.plots())
 
 
 class ForwardInvariance(_Invariance):

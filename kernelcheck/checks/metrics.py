@@ -7,7 +7,7 @@ bit patterns of the integer view: +0.0 and -0.0 differ, and so do two NaN payloa
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -92,24 +92,129 @@ def ulp_distance(candidate: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
     return (ordered_int(candidate) - ordered_int(gold.to(torch.float32))).abs()
 
 
-def max_ulp_distance(candidate: torch.Tensor, gold: torch.Tensor) -> int:
-    """``ulp_distance(candidate, gold).max()``, exactly, in int32 passes with no subsetting.
+_STEP_DTYPES = {  # the dtypes a ULP histogram counts steps of: (name, int view, magnitude mask)
+    torch.float32: ("fp32", torch.int32, 0x7FFFFFFF),
+    torch.bfloat16: ("bf16", torch.int16, 0x7FFF),
+    torch.float16: ("fp16", torch.int16, 0x7FFF),
+}
+_NONFINITE_BITS = {torch.float32: 0x7F800000, torch.bfloat16: 0x7F80, torch.float16: 0x7C00}
 
-    On magnitudes (the int32 view without its sign bit): the distance is their difference
-    where the signs agree and their sum where they differ (-0.0 against +0.0 is 0). A sum
-    can pass 2^31 only for huge values of opposite sign; those few take the int64 path of
-    :func:`ulp_distance`.
+
+def step_distance(candidate: torch.Tensor, gold: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(distance, wrapped): int32 steps of the candidate's dtype (fp32, bf16 or fp16) from
+    the gold rounded to it, in int32 passes.
+
+    On magnitudes (the int view without its sign bit): their difference where the signs
+    agree and their sum where they differ (-0.0 against +0.0 is 0). Only an fp32 sum can
+    pass 2^31 (huge values of opposite sign); ``wrapped`` marks those, their distance
+    negative. NaN/Inf elements get meaningless distances: callers mask them.
     """
-    ci = candidate.to(torch.float32).contiguous().view(torch.int32)
-    gi = gold.to(torch.float32).contiguous().view(torch.int32)
-    mc, mg = ci & 0x7FFFFFFF, gi & 0x7FFFFFFF
+    dtype = candidate.dtype if candidate.dtype in _STEP_DTYPES else torch.float32
+    _, view, mask = _STEP_DTYPES[dtype]
+    ci = candidate.to(dtype).contiguous().view(view).to(torch.int32)
+    gi = gold.to(dtype).contiguous().view(view).to(torch.int32)
+    mc, mg = ci & mask, gi & mask
     same = (ci ^ gi) >= 0
     dist = torch.where(same, (mc - mg).abs_(), mc.add_(mg))
-    wrapped = dist < 0
+    return dist, dist < 0
+
+
+def max_ulp_distance(candidate: torch.Tensor, gold: torch.Tensor, steps=None) -> int:
+    """``ulp_distance(candidate, gold).max()`` in fp32 steps, exactly: int32 passes of
+    :func:`step_distance` (or its result ``steps``, already taken), and the int64 path of
+    :func:`ulp_distance` for the few wrapped."""
+    dist, wrapped = steps or step_distance(candidate.to(torch.float32), gold)
     if not bool(wrapped.any()):
         return int(dist.max())
     exact = int(ulp_distance(candidate[wrapped], gold[wrapped]).max())
-    return max(exact, int(dist.masked_fill_(wrapped, 0).max()))
+    return max(exact, int(dist.masked_fill(wrapped, 0).max()))
+
+
+ULP_BUCKETS = 34  # [0] exact, [k] 2^(k-1) to 2^k - 1 steps (k = 1..32), [33] NaN/Inf
+NONFINITE_BUCKET = ULP_BUCKETS - 1
+_EXPONENT_BIAS = 1022  # a double's biased exponent of an integer d >= 1 is 1022 + bit length
+
+
+def ulp_log2_histogram(
+    candidate: torch.Tensor, gold: torch.Tensor, finite: bool = False, steps=None
+) -> torch.Tensor:
+    """How many elements are how many steps of the candidate's dtype (fp32, bf16, fp16)
+    from the gold rounded to it, by log2 bucket: ``ULP_BUCKETS`` int64 counts, whatever
+    the shape. Bucket k holds distances whose bit length is k (0: exact; 1: one step; 2:
+    2-3; ...; 32: 2^31 or more); the last bucket counts NaN/Inf where the gold is finite
+    and a non-finite gold the candidate missed. Log2 buckets because errors spread over
+    orders of magnitude: a correctly rounded kernel sits in 0-1, bf16 accumulation far out.
+
+    ``finite``: the caller knows every element of both is finite (skips the NaN/Inf
+    masks); ``steps``: :func:`step_distance` of the pair, already taken.
+    """
+    c = candidate.detach().reshape(-1)
+    g = gold.detach().reshape(-1).to(c.device)
+    dist, wrapped = steps or step_distance(c, g)
+    # the bit length of each distance, from the exponent of its (exact) double
+    bucket = dist.reshape(-1).double().view(torch.int64) >> 52
+    if bool(wrapped.any()):
+        bucket.masked_fill_(wrapped.reshape(-1), _EXPONENT_BIAS + 32)
+    if not finite:
+        dtype = c.dtype if c.dtype in _STEP_DTYPES else torch.float32
+        _, view, mask = _STEP_DTYPES[dtype]
+        inf_bits = _NONFINITE_BITS[dtype]
+        ci, gi = c.to(dtype).view(view), g.to(dtype).view(view)
+        odd = ((ci & mask) >= inf_bits) | ((gi & mask) >= inf_bits)
+        if bool(odd.any()):  # NaN/Inf on either side: exact when the bits agree, else missed
+            bucket.masked_fill_(odd & (ci == gi), 0)
+            bucket.masked_fill_(odd & (ci != gi), _EXPONENT_BIAS + NONFINITE_BUCKET)
+    counts = torch.bincount(bucket, minlength=_EXPONENT_BIAS + ULP_BUCKETS).cpu()
+    counts[_EXPONENT_BIAS] += counts[0]  # 0 steps: a double 0.0 has exponent bits 0
+    return counts[_EXPONENT_BIAS:]
+
+
+def ulp_bucket_label(k: int) -> str:
+    """``0``, ``1``, ``2-3``, ..., ``>=2^31``, ``NaN/Inf``: what bucket k of
+    :func:`ulp_log2_histogram` holds."""
+    if k == NONFINITE_BUCKET:
+        return "NaN/Inf"
+    if k <= 1:
+        return str(k)
+    if k == 32:
+        return ">=2^31"
+    lo, hi = 1 << (k - 1), (1 << k) - 1
+    return f"{lo}-{hi}" if hi < 1 << 12 else f"2^{k - 1}+"
+
+
+COLUMN_BUCKETS = 64
+
+
+def column_bucket_max(err: torch.Tensor, buckets: int = COLUMN_BUCKETS):
+    """The worst error per column bucket of ``err`` ([rows, cols], absolute errors):
+    (maxima of ``min(buckets, cols)`` buckets of ``cols // buckets`` columns each, and the
+    maximum over the ``cols % buckets`` columns after them, or None when there are none).
+
+    A fixed count whatever the row length: at V = 151936 each bucket is 2374 columns. The
+    remainder stands apart because a kernel's tail (the columns past its last full vector
+    or tile) is where tail bugs live; the max over rows is one pass over ``err``.
+    """
+    cols = err.shape[-1]
+    per_column = err.reshape(-1, cols).amax(dim=0)
+    n = min(buckets, cols)
+    width = cols // n
+    body = per_column[: n * width].view(n, width).amax(dim=1)
+    tail = float(per_column[n * width :].max()) if n * width < cols else None
+    return body, tail
+
+
+def max_by_row_class(err: torch.Tensor, classes: int, row_offset: int = 0) -> list[float | None]:
+    """The worst error of the rows of each class, row r (counted from ``row_offset``) being
+    of class ``r % classes``: a mixed trial's rows are dealt round-robin from its
+    distributions, so this is the worst error per distribution. None: no row of that class.
+    """
+    rows = err.shape[0]
+    row_max = err.reshape(rows, -1).amax(dim=1) if err.dim() > 1 else err
+    out: list[float | None] = []
+    for k in range(classes):
+        mine = row_max[(k - row_offset) % classes :: classes]
+        out.append(float(mine.max()) if mine.numel() else None)
+    return out
 
 
 def fp32_ulp(value: float) -> float:
@@ -124,6 +229,95 @@ def unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
         out.append(flat % size if size else 0)
         flat = flat // size if size else 0
     return tuple(reversed(out))
+
+
+def sig3(x: float | None) -> float | None:
+    """``x`` to 3 significant digits: plot data, not verdicts, so reports stay small."""
+    return None if x is None else float(f"{x:.3g}")
+
+
+@dataclass
+class ErrorProfile:
+    """Where one output's (or gradient's) error sits, in a bounded size whatever the shape:
+    the data behind the HTML report's plots, fed from the chunks :class:`ErrorStats` reads.
+
+    ``distributions``: row r of the tensor (counted over every chunk) was drawn from
+    ``distributions[r % len(distributions)]`` (a mixed trial deals rows round-robin; one
+    name for a tensor shared by all rows).
+    """
+
+    distributions: list[str]
+    ulp_unit: str | None = None  # the dtype whose steps the histogram counts
+    ulp_counts: torch.Tensor | None = None
+    columns: int = 0  # row length: 0 for one value per row
+    column_max: torch.Tensor | None = None
+    tail_max: float | None = None
+    by_distribution: dict[str, float] = field(default_factory=dict)
+
+    def update(self, c, g, err: torch.Tensor, row_offset: int, finite=False, steps=None) -> None:
+        """``err``: the finite ``|c - g|`` of the chunk (NaN/Inf elements as 0); ``finite``
+        and ``steps`` as :func:`ulp_log2_histogram` takes them."""
+        if c.dtype in _STEP_DTYPES:
+            counts = ulp_log2_histogram(c, g, finite, steps)
+            self._add_counts(_STEP_DTYPES[c.dtype][0], counts)
+        if err.dim() > 1 and err.shape[-1]:
+            body, tail = column_bucket_max(err.reshape(err.shape[0], -1))
+            self._add_columns(int(err[0].numel()), body, tail)
+        worst = max_by_row_class(err, len(self.distributions), row_offset) if err.numel() else []
+        self._add_distributions(dict(zip(self.distributions, worst)))
+
+    def _add_counts(self, unit: str, counts: torch.Tensor) -> None:
+        self.ulp_unit = unit
+        self.ulp_counts = counts if self.ulp_counts is None else self.ulp_counts + counts
+
+    def _add_columns(self, columns: int, body: torch.Tensor, tail: float | None) -> None:
+        if self.column_max is None or columns != self.columns:
+            self.columns, self.column_max, self.tail_max = columns, body, tail
+            return
+        self.column_max = torch.maximum(self.column_max, body)
+        if tail is not None:
+            self.tail_max = max(self.tail_max or 0.0, tail)
+
+    def _add_distributions(self, worst: dict[str, float | None]) -> None:
+        for name, value in worst.items():
+            if value is not None:
+                self.by_distribution[name] = max(self.by_distribution.get(name, 0.0), value)
+
+    def merge(self, other: ErrorProfile) -> None:
+        """Fold another trial's profile of the same output in."""
+        if other.ulp_counts is not None:
+            self._add_counts(other.ulp_unit, other.ulp_counts)
+        if other.column_max is not None:
+            self._add_columns(other.columns, other.column_max, other.tail_max)
+        self._add_distributions(other.by_distribution)
+
+    def to_dict(self) -> dict:
+        """JSON-ready: trailing empty ULP buckets left out (the NaN/Inf count apart), floats
+        to 3 significant digits."""
+        out: dict = {}
+        if self.ulp_counts is not None:
+            counts = [int(x) for x in self.ulp_counts[:NONFINITE_BUCKET]]
+            while counts and not counts[-1]:
+                counts.pop()
+            out["ulp"] = {
+                "unit": self.ulp_unit,
+                "log2_counts": counts,
+                "nonfinite": int(self.ulp_counts[NONFINITE_BUCKET]),
+            }
+        if self.column_max is not None:
+            n = len(self.column_max)
+            columns = {
+                "columns": self.columns,
+                "width": self.columns // n,
+                "max_abs": [sig3(float(x)) for x in self.column_max],
+            }
+            if self.tail_max is not None:
+                columns["tail_start"] = n * (self.columns // n)
+                columns["tail_max_abs"] = sig3(self.tail_max)
+            out["columns"] = columns
+        if self.by_distribution:
+            out["by_distribution"] = {k: sig3(v) for k, v in self.by_distribution.items()}
+        return out
 
 
 @dataclass
@@ -147,6 +341,7 @@ class ErrorStats:
     first_bad: tuple | None = None
     first_bad_values: tuple[float, float] | None = None
     first_nonfinite: tuple | None = None
+    profile: ErrorProfile | None = None  # where the error sits (for plots); None: not kept
 
     def update(self, cand: torch.Tensor, gold: torch.Tensor, row_offset: int = 0) -> None:
         """``cand`` and ``gold`` shaped ``[rows, ...]``; ``row_offset`` locates the chunk.
@@ -178,8 +373,14 @@ class ErrorStats:
         self.max_abs = max(self.max_abs, top)
         self.sum_abs += float(err.sum())
         self.gold_absmax = max(self.gold_absmax, float(g_abs.max()))
+        # the steps behind both the max ULP and the profile's histogram, taken once
+        steps = (
+            step_distance(c, g) if self.profile is not None and c.dtype in _STEP_DTYPES else None
+        )
         if c.dtype == torch.float32:
-            self.max_ulp = max(self.max_ulp or 0, max_ulp_distance(c, g))
+            self.max_ulp = max(self.max_ulp or 0, max_ulp_distance(c, g, steps))
+        if self.profile is not None:
+            self.profile.update(c, g, err, row_offset, finite=True, steps=steps)
         if self.first_bad is None and n_bad:
             self._first_bad(bad, c, g, row_offset)
         self.max_rel = max(self.max_rel, float(err.div_(g_abs.clamp_min_(1e-12)).max()))
@@ -203,6 +404,8 @@ class ErrorStats:
         if self.first_nonfinite is None and nonfinite.any():
             idx = unravel(int(nonfinite.reshape(-1).nonzero()[0]), tuple(g.shape))
             self.first_nonfinite = (idx[0] + row_offset, *idx[1:])
+        if self.profile is not None:
+            self.profile.update(c, g, err, row_offset)
         finite_err, finite_g = err[both], g_abs[both]
         self.n_bad += int(bad.sum())
         if finite_err.numel():

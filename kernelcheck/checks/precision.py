@@ -16,7 +16,7 @@ import torch
 from kernelcheck.cases.inputs import parts_of
 from kernelcheck.checks.base import Check, Outcome, Trial, flat_rows
 from kernelcheck.checks.diagnose import likely_cause, stored_in_16_bits
-from kernelcheck.checks.metrics import ErrorStats, fp32_ulp
+from kernelcheck.checks.metrics import ErrorStats, fp32_ulp, sig3
 
 
 class ForwardPrecision(Check):
@@ -32,6 +32,8 @@ class ForwardPrecision(Check):
         self.failed: tuple | None = None
         # the judged part closest to its limit: (margin, trial, dist, cand, ref, ratio, bound)
         self.closest: tuple | None = None
+        # per distribution, the seed closest to its limit: (margin, cand, ref, bound)
+        self.by_distribution: dict[str, tuple[float, float, float, float]] = {}
 
     def skip_reason(self) -> str | None:
         if self.ctx.reference_fn is None:
@@ -81,6 +83,8 @@ class ForwardPrecision(Check):
             ratio = 0.0 if not cand.max_abs else float("inf")
         self.max_ulp = max(self.max_ulp, cand.max_ulp or 0)
         margin = cand.max_abs / bound if bound else float("inf")
+        if dist not in self.by_distribution or margin > self.by_distribution[dist][0]:
+            self.by_distribution[dist] = (margin, cand.max_abs, ref.max_abs, bound)
         if self.closest is None or margin > self.closest[0]:
             self.closest = (margin, trial, dist, cand.max_abs, ref.max_abs, ratio, bound)
         self.nonfinite += cand.n_nonfinite
@@ -108,13 +112,19 @@ class ForwardPrecision(Check):
         """Metrics and ``limit`` belong to one judged part: the failing one, else the one
         closest to its limit, so the ratio shown is the one the limit was applied to."""
         tol = {"ratio": self.params["ratio"], "floor_ulp": self.params["floor_ulp"]}
+        plots = {
+            "precision": {
+                d: {"max_abs": sig3(c), "reference_max_abs": sig3(r), "limit": sig3(b)}
+                for d, (_, c, r, b) in self.by_distribution.items()
+            }
+        }
         if self.failed is None:
             if self.closest is None:
-                return Outcome("pass", "", {"max_ulp": self.max_ulp}, tol)
+                return Outcome("pass", "", {"max_ulp": self.max_ulp}, tol, plots=plots)
             _, trial, dist, cand, ref, ratio, bound = self.closest
             tol["limit"] = bound
             metrics = self._metrics(ratio, cand, ref)
-            return Outcome("pass", "", metrics, tol, trial.seed, dist)
+            return Outcome("pass", "", metrics, tol, trial.seed, dist, plots=plots)
         trial, dist, cand, ref, floor, cause, ratio, bound = self.failed
         if cand == float("inf"):
             msg = "output shape differs from the gold"
@@ -138,6 +148,7 @@ class ForwardPrecision(Check):
             trial.seed,
             dist,
             trial.distribution,
+            plots,
         )
 
     def _metrics(self, ratio: float, cand: float, ref: float) -> dict:

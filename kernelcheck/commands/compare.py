@@ -51,7 +51,7 @@ def merge(
 ) -> None:
     """Merge JSON reports (the shards of one run) into one; refuse overlapping or mismatched."""
     from kernelcheck.compare import merge as merge_reports
-    from kernelcheck.report.json_report import check_writable, write_atomic
+    from kernelcheck.report.json_report import check_writable, dumps_report, write_atomic
 
     try:
         if why := check_writable(output):
@@ -60,7 +60,7 @@ def merge(
         merged = merge_reports(loaded, [str(p) for p in reports])
     except UsageError as exc:
         _fail(str(exc))
-    write_atomic(output, json.dumps(merged, indent=2, default=str))
+    write_atomic(output, dumps_report(merged))
     s = merged["summary"]
     counts = ", ".join(f"{v} {k}" for k, v in s["counts"].items() if v) or "no results"
     verdict = "passed" if s["passed"] else "FAILED"

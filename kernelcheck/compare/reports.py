@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kernelcheck.errors import UsageError
-from kernelcheck.results import FAILING, SCHEMA_VERSION, STATUSES
+from kernelcheck.results import FAILING, READABLE_SCHEMAS, STATUSES
 
 KEY_FIELDS = ("op", "candidate", "device", "dtype", "case_id", "check")
 DEFAULT_FACTOR = 2.0
@@ -89,10 +89,11 @@ def validate_report(data: object, name: str = "report") -> dict:
     if not isinstance(data, dict) or "results" not in data or "op" not in data:
         raise UsageError(f"{name}: not a kernelcheck JSON report (no 'op' and 'results')")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_SCHEMAS:
+        readable = ", ".join(map(str, READABLE_SCHEMAS))
         raise UsageError(
             f"{name}: schema_version {version!r} is not supported "
-            f"(this kernelcheck reads {SCHEMA_VERSION})"
+            f"(this kernelcheck reads {readable})"
         )
     if not isinstance(data["results"], list):
         raise UsageError(f"{name}: 'results' is not a list")
@@ -109,11 +110,12 @@ def validate_report(data: object, name: str = "report") -> dict:
 def merge(reports: list[dict], names: list[str] | None = None) -> dict:
     """One report holding every result of ``reports``; :class:`UsageError` says why not.
 
-    Refused: a different ``schema_version``, ``op``, ``op_version``, ``device``,
+    Refused: a different ``op``, ``op_version``, ``device``,
     ``spec_digest`` or ``plan_digest`` (when both record one), shards of one split
     planned over different candidates, and any result key present in two reports. The
     summary is recomputed; ``not_run`` and ``interrupted`` are combined, ``wall_time_s``
     is the longest input's (shards run side by side) and ``merged_from`` lists the inputs.
+    Schemas 1 and 2 merge (a schema 1 result has no ``plots``): the newest one is kept.
     """
     if not reports:
         raise UsageError("merge: no reports given")
@@ -125,7 +127,7 @@ def merge(reports: list[dict], names: list[str] | None = None) -> dict:
 
     first, first_name = reports[0], names[0]
     for rep, name in zip(reports[1:], names[1:]):
-        for fld in ("schema_version", "op", "op_version", "device"):
+        for fld in ("op", "op_version", "device"):
             if rep.get(fld) != first.get(fld):
                 raise UsageError(
                     f"cannot merge: {fld} differs: {first.get(fld)!r} in {first_name}, "
@@ -190,7 +192,7 @@ def merge(reports: list[dict], names: list[str] | None = None) -> dict:
             }
         )
     out = {
-        "schema_version": first["schema_version"],
+        "schema_version": max(rep["schema_version"] for rep in reports),
         "op": first["op"],
         "op_version": first.get("op_version"),
         "device": first.get("device"),
@@ -450,7 +452,7 @@ def _status(s: str | None) -> str:
     return s if s is not None else "absent"
 
 
-def _headline(d: Diff) -> str:
+def diff_headline(d: Diff) -> str:
     parts = [
         f"{len(d.new_failures)} new failure(s)",
         f"{len(d.disappeared)} disappeared",
@@ -463,7 +465,7 @@ def _headline(d: Diff) -> str:
     return f"kernelcheck diff: {verdict}: " + ", ".join(parts)
 
 
-def _disappeared_lines(d: Diff) -> list[str]:
+def disappeared_lines(d: Diff) -> list[str]:
     whole = set(d.disappeared_cases)
     lines, done = [], set()
     for c in d.disappeared:
@@ -479,7 +481,7 @@ def _disappeared_lines(d: Diff) -> list[str]:
 
 def render_diff(d: Diff) -> str:
     """Plain text: a headline with counts, then one line per item, grouped."""
-    out = [_headline(d)]
+    out = [diff_headline(d)]
     out.append(
         f"baseline {d.baseline_total} result(s), new {d.new_total}; metric factor "
         f"{d.factor:g} on {', '.join(d.metrics) or 'no metrics'} (floor {d.floor:g})"
@@ -498,7 +500,7 @@ def render_diff(d: Diff) -> str:
         if c.repro:
             nf.append(f"  repro: {c.repro}")
     section("New failures", nf, len(d.new_failures))
-    section("Disappeared", _disappeared_lines(d), len(d.disappeared))
+    section("Disappeared", disappeared_lines(d), len(d.disappeared))
     section(
         "Newly skipped",
         [
@@ -528,7 +530,7 @@ def render_diff(d: Diff) -> str:
 def render_diff_markdown(d: Diff) -> str:
     """GitHub-flavoured markdown of the same content (a PR comment or a step summary)."""
     verdict = "❌ REGRESSED" if d.regressed else "✅ no regression"
-    out = [f"### kernelcheck diff: {verdict}", "", _headline(d).split(": ", 2)[2], ""]
+    out = [f"### kernelcheck diff: {verdict}", "", diff_headline(d).split(": ", 2)[2], ""]
     out.extend(f"- note: {n}" for n in d.notes)
 
     def section(title: str, lines: list[str], count: int | None = None) -> None:
@@ -546,7 +548,7 @@ def render_diff_markdown(d: Diff) -> str:
             for c in d.new_failures
         ],
     )
-    section("Disappeared", [f"`{line}`" for line in _disappeared_lines(d)], len(d.disappeared))
+    section("Disappeared", [f"`{line}`" for line in disappeared_lines(d)], len(d.disappeared))
     section("Newly skipped", [f"{c.case_id} {c.check}: {c.message}" for c in d.newly_skipped])
     section(
         "Metric regressions",

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
 from kernelcheck.results import Report
 
+# A flat array of numbers (no string, array or object inside), as json.dumps(indent=2)
+# spreads it over lines. Its "[" ends a line: a JSON string never holds a raw newline.
+_FLAT_ARRAY = re.compile(r'\[\n\s+([^\[\]{}"]*?)\n\s*\]')
+
+
+def dumps_report(data: dict) -> str:
+    """A report as indented JSON with each flat array of numbers on one line: the plot data
+    (64 column buckets, a ULP histogram) would otherwise take a line per number."""
+    text = json.dumps(data, indent=2, default=str)
+    return _FLAT_ARRAY.sub(lambda m: "[" + re.sub(r",\s+", ", ", m.group(1)) + "]", text)
+
 
 def to_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=2, default=str)
+    return dumps_report(report.to_dict())
 
 
 def _umask() -> int:

@@ -73,6 +73,7 @@ def make_result(
         duration_s=round(seconds, 4),
         implementation=implementation,
         attributes={k: v for k, v in case.attrs if k in case.shown},
+        plots=outcome.plots,
     )
 
 

@@ -97,3 +97,108 @@ def test_row_digests_in_chunks_equal_whole(monkeypatch):
     whole = row_digests(x)
     monkeypatch.setattr(metrics, "DIGEST_CHUNK_ELEMENTS", 1000)  # 3 rows a chunk
     assert torch.equal(row_digests(x), whole)
+
+
+def _fp32_steps_from(value: float, steps: int) -> float:
+    """The fp32 value ``steps`` steps above ``value`` (positive values)."""
+    return float(torch.tensor(value).view(torch.int32).add(steps).view(torch.float32))
+
+
+def test_ulp_log2_histogram_buckets_steps_by_bit_length():
+    from kernelcheck.checks.metrics import ULP_BUCKETS, ulp_bucket_label, ulp_log2_histogram
+
+    gold = torch.tensor([1.0, 1.0, 1.0, 1.0, 2.0, 0.0, 5.0, float("inf"), 3.0], dtype=torch.float64)
+    steps = [0, 1, 3, 1000]  # from 1.0: buckets 0, 1, 2 (2-3), 10 (512-1023)
+    cand = torch.tensor(
+        [*(_fp32_steps_from(1.0, k) for k in steps), 2.0, -0.0, float("nan"), float("inf"), 4.0]
+    )
+    counts = ulp_log2_histogram(cand, gold)
+    assert counts.shape == (ULP_BUCKETS,)
+    want = [0] * ULP_BUCKETS
+    want[0] = 4  # 1.0, 2.0, -0.0 against 0.0, and inf where the gold is inf
+    want[1], want[2], want[10] = 1, 1, 1
+    want[23] = 1  # 4.0 against 3.0: 2^22 fp32 steps (0x40800000 - 0x40400000), bit length 23
+    want[-1] = 1  # NaN where the gold is finite
+    assert counts.tolist() == want
+    assert [ulp_bucket_label(k) for k in (0, 1, 2, 10, 32, 33)] == [
+        "0", "1", "2-3", "512-1023", ">=2^31", "NaN/Inf",
+    ]  # fmt: skip
+
+
+def test_ulp_log2_histogram_counts_steps_of_the_candidate_dtype():
+    from kernelcheck.checks.metrics import ulp_log2_histogram
+
+    gold = torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)
+    for dtype in (torch.bfloat16, torch.float16):
+        one = torch.tensor([1.0], dtype=dtype)
+        up = torch.nextafter(one, torch.tensor([2.0], dtype=dtype))
+        cand = torch.cat([one, up, torch.nextafter(up, torch.tensor([2.0], dtype=dtype))])
+        assert ulp_log2_histogram(cand, gold).tolist()[:3] == [1, 1, 1], dtype
+    huge = torch.tensor([3e38], dtype=torch.float64)  # opposite signs: past 2^31 steps
+    assert ulp_log2_histogram(-huge.float(), huge).tolist()[32] == 1
+
+
+def test_error_stats_profile_equals_the_pure_functions():
+    from kernelcheck.checks.metrics import ErrorProfile, column_bucket_max, ulp_log2_histogram
+
+    torch.manual_seed(1)
+    gold = torch.randn(12, 200, dtype=torch.float64)
+    cand = (gold + 1e-6 * torch.randn(12, 200, dtype=torch.float64)).float()
+    cand[7, 3] = float("nan")  # the non-finite path of ErrorStats.update too
+    st = ErrorStats(profile=ErrorProfile(["normal", "large", "heavy"]))
+    st.update(cand[:5], gold[:5])
+    st.update(cand[5:], gold[5:], row_offset=5)
+    p = st.profile
+    assert p.ulp_counts.tolist() == ulp_log2_histogram(cand, gold).tolist()
+    err = (cand.double() - gold).abs().nan_to_num(0.0)
+    body, tail = column_bucket_max(err)
+    assert torch.equal(p.column_max, body) and p.tail_max == tail
+    for k, name in enumerate(["normal", "large", "heavy"]):
+        assert p.by_distribution[name] == float(err[k::3].max())
+    d = p.to_dict()
+    assert d["ulp"]["unit"] == "fp32" and d["ulp"]["nonfinite"] == 1
+    assert d["columns"] == {
+        "columns": 200, "width": 3, "max_abs": d["columns"]["max_abs"], "tail_start": 192,
+        "tail_max_abs": float(f"{tail:.3g}"),
+    }  # fmt: skip
+    merged = ErrorProfile(["normal"])
+    merged.merge(p)
+    merged.merge(p)
+    assert merged.ulp_counts.tolist() == (2 * p.ulp_counts).tolist()
+    assert merged.by_distribution == p.by_distribution
+
+
+def test_column_bucket_max_finds_the_column_and_the_tail():
+    from kernelcheck.checks.metrics import column_bucket_max
+
+    err = torch.zeros(5, 130, dtype=torch.float64)  # 64 buckets of 2 columns, then 2 more
+    err[2, 5] = 3.0
+    body, tail = column_bucket_max(err)
+    assert body.shape == (64,) and int(body.argmax()) == 2 and float(body.max()) == 3.0
+    assert tail == 0.0
+    err[4, 129] = 7.0
+    assert column_bucket_max(err)[1] == 7.0
+    few, none = column_bucket_max(torch.arange(10.0).reshape(1, 10))  # one bucket per column
+    assert few.tolist() == list(range(10)) and none is None
+    even, none = column_bucket_max(torch.ones(2, 128))
+    assert even.shape == (64,) and none is None
+
+
+def test_max_by_row_class_follows_the_row_offset():
+    from kernelcheck.checks.metrics import max_by_row_class
+
+    err = torch.tensor([[1.0, 0.0], [0.0, 5.0], [2.0, 0.0], [0.0, 0.0]])
+    assert max_by_row_class(err, 2) == [2.0, 5.0]
+    assert max_by_row_class(err, 2, row_offset=1) == [5.0, 2.0]  # row 0 is row 1 overall
+    assert max_by_row_class(err[:1], 3) == [1.0, None, None]
+
+
+def test_position_counts_bucket_the_positions_of_a_batch():
+    from kernelcheck.checks.invariance import position_counts
+
+    bad = torch.zeros(300, dtype=torch.bool)
+    bad[[0, 18, 19, 299]] = True
+    width, compared, mismatched = position_counts(bad)
+    assert width == 19 and len(compared) == 16 and sum(compared) == 300
+    assert mismatched[:2] == [2, 1] and mismatched[-1] == 1 and sum(mismatched) == 4
+    assert position_counts(torch.tensor([False, True])) == (1, [1, 1], [0, 1])

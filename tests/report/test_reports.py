@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -11,6 +14,7 @@ from rich.console import Console
 
 from kernelcheck import api
 from kernelcheck.report import render_table, to_json, to_junit, to_markdown, to_plain
+from kernelcheck.report.json_report import dumps_report
 from tests.conftest import with_candidate
 
 CASE_LINE = re.compile(
@@ -48,7 +52,7 @@ def test_plain_keeps_the_old_harness_lines(report, catalog):
 
 def test_json_schema(report):
     data = json.loads(to_json(report))
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert {"environment", "results", "summary"} <= set(data)
     r = data["results"][0]
     for key in ("op", "candidate", "device", "dtype", "shape", "check", "status", "metrics",
@@ -65,6 +69,27 @@ def test_json_schema(report):
     }
     assert data["summary"]["counts"]["fail"] == 1 and data["summary"]["passed"] is False
     assert all("tensor" not in json.dumps(x["metrics"]) for x in data["results"])
+
+
+def test_json_plot_data_is_bounded_and_one_line_per_array(report):
+    text = to_json(report)
+    data = json.loads(text)
+    assert data == json.loads(json.dumps(report.to_dict(), default=str))  # only spacing differs
+    plots = {r["check"]: r["plots"] for r in data["results"] if r["candidate"] == "torch"}
+    (out,) = plots["forward_accuracy"]["errors"]
+    assert out["name"] == "output" and out["ulp"]["unit"] == "fp32" and "columns" not in out
+    assert sum(out["ulp"]["log2_counts"]) + out["ulp"]["nonfinite"] == 32  # every element
+    (grad,) = plots["backward_accuracy"]["errors"]
+    assert grad["name"] == "gradient:logits" and grad["ulp"]["unit"] == "bf16"
+    cols = grad["columns"]  # 257 columns: 64 buckets of 4, then the 257th alone
+    assert (cols["width"], len(cols["max_abs"]), cols["tail_start"]) == (4, 64, 256)
+    assert set(grad["by_distribution"]) == {"normal"}
+    assert set(plots["forward_precision"]["precision"]["normal"]) == {
+        "max_abs", "reference_max_abs", "limit",
+    }  # fmt: skip
+    grid = plots["forward_invariance"]["invariance"]
+    assert sum(sum(row["compared"]) for rows in grid.values() for row in rows) == 600
+    assert re.search(r'"max_abs": \[[-0-9.e, ]+\],?\n', text)  # 64 numbers, one line
 
 
 def test_junit_one_testcase_per_case_and_check(report):
@@ -91,3 +116,46 @@ def test_terminal_table_renders(report):
     render_table(report, console)
     text = console.export_text()
     assert "logp / torch on cpu" in text and "FAILED" in text and "repro:" in text
+
+
+def test_plot_data_is_bounded_whatever_the_shape(catalog):
+    """The same plot data at vocab 257 and 10000 (64 column buckets, fixed histograms), and
+    within the 2x the JSON may grow by over a report without it."""
+
+    def run(shape):
+        report = api.run(
+            catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32",
+            shape=shape, seeds=[0], distributions="normal", isolate=False,
+            check_names="forward_accuracy,backward_accuracy,forward_precision,forward_invariance",
+        )  # fmt: skip
+        return json.loads(to_json(report))
+
+    sizes = []
+    for shape in ({"batch": 2, "seq": 16, "vocab": 257}, {"batch": 4, "vocab": 10000}):
+        data = run(shape)
+        plots = [json.dumps(r["plots"]) for r in data["results"]]
+        sizes.append([len(p) for p in plots])
+        without = copy.deepcopy(data)
+        for r in without["results"]:
+            del r["plots"]
+        assert len(dumps_report(data)) < 2 * len(dumps_report(without))
+    for small, large in zip(*sizes):
+        assert abs(small - large) < 0.25 * small, sizes
+
+
+def test_report_without_matplotlib_exits_2_with_the_install_command(report, tmp_path):
+    """Runs whether the 'report' extra is installed or not: the import is blocked."""
+    path = tmp_path / "r.json"
+    path.write_text(to_json(report))
+    block = "import sys; sys.modules['matplotlib'] = None; from kernelcheck.cli import entry; "
+    for args in (
+        ["report", str(path), "--html-out", str(tmp_path / "r.html")],
+        ["run", "--op", "logp", "--candidate", "torch", "--html-out", str(tmp_path / "x.html")],
+    ):
+        p = subprocess.run(
+            [sys.executable, "-c", block + f"entry({args!r})"], capture_output=True, text=True
+        )
+        assert p.returncode == 2, p.stderr
+        assert "matplotlib" in p.stderr and "pip install -e '.[report]'" in p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "r.html").exists() and not (tmp_path / "x.html").exists()
