@@ -43,6 +43,7 @@ from kernelcheck.errors import (
     Interrupted,
     UsageError,
 )
+from kernelcheck.runner.allocator import keep_chunks_in_heap
 
 app = typer.Typer(
     add_completion=False,
@@ -399,6 +400,7 @@ def entry(argv: list[str] | None = None) -> None:
     """Console-script entry: one line and exit 2 for usage errors; a traceback only with --debug."""
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
+    keep_chunks_in_heap()  # the command's own process: chunk temporaries without page faults
     try:
         code = app(args=args, prog_name="kernelcheck", standalone_mode=False)
     except UsageError as exc:

@@ -60,6 +60,10 @@ def main() -> None:
 
     import torch  # noqa: F401 - imported before "ready": start-up is not case time
 
+    from kernelcheck.runner.allocator import keep_chunks_in_heap
+
+    keep_chunks_in_heap()
+
     from kernelcheck.runner.case import run_case
     from kernelcheck.timing import PhaseClock
 
