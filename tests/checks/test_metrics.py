@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kernelcheck.checks.metrics import (
@@ -202,3 +203,39 @@ def test_position_counts_bucket_the_positions_of_a_batch():
     assert width == 19 and len(compared) == 16 and sum(compared) == 300
     assert mismatched[:2] == [2, 1] and mismatched[-1] == 1 and sum(mismatched) == 4
     assert position_counts(torch.tensor([False, True])) == (1, [1, 1], [0, 1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_step_distance_and_its_histogram_agree_with_the_plain_integer_order(dtype):
+    """The bitwise blend against |ordered(c) - ordered(g)| in int64, on random bit
+    patterns of every sign, with zeros of both signs and, in fp32, distances past 2^24
+    (the histogram's double path) and past 2^31 (wrapped)."""
+    from kernelcheck.checks.metrics import ULP_BUCKETS, step_distance, ulp_log2_histogram
+
+    view = torch.int32 if dtype == torch.float32 else torch.int16
+    bits_ = 32 if dtype == torch.float32 else 16
+    gen = torch.Generator().manual_seed(5)
+    lo, hi = -(2 ** (bits_ - 1)), 2 ** (bits_ - 1) - 1
+    raw = torch.randint(lo, hi, (2, 20000), generator=gen, dtype=torch.int64).to(view)
+    c, g = raw[0].view(dtype), raw[1].view(dtype)
+    finite = torch.isfinite(c) & torch.isfinite(g)
+    c, g = c[finite], g[finite]
+    c = torch.cat([c, torch.tensor([0.0, -0.0, 1.0], dtype=dtype)])
+    g = torch.cat([g, torch.tensor([-0.0, 0.0, 1.0], dtype=dtype)])
+    g64 = g.double()
+
+    def ordered(t):
+        i = t.view(view).to(torch.int64)
+        return torch.where(i < 0, -(i & (2 ** (bits_ - 1) - 1)), i)
+
+    want = (ordered(c) - ordered(g)).abs()
+    dist, wrapped = step_distance(c, g64)
+    got = dist.to(torch.int64)
+    if wrapped is not None:
+        got[wrapped] = want[wrapped]  # the callers take those through the int64 path
+        assert bool((want[wrapped] >= 2**31).all())
+    assert torch.equal(got, want)
+    assert want.max() >= (2**24 if dtype == torch.float32 else 1)
+    lengths = torch.tensor([int(d).bit_length() for d in want.tolist()])
+    expect = torch.bincount(lengths.clamp(max=32), minlength=ULP_BUCKETS)
+    assert ulp_log2_histogram(c, g64).tolist() == expect.tolist()
