@@ -92,14 +92,16 @@ class Report:
             **self.extra,
         }
 
-    def to_dict(self) -> dict:
+    def to_dict(self, results: bool = True) -> dict:
+        """The report as JSON data; ``results=False`` leaves the results list empty (a
+        writer that keeps their text already made fills it)."""
         return {
             "schema_version": SCHEMA_VERSION,
             "op": self.op,
             "op_version": self.op_version,
             "device": self.device,
             "environment": self.environment,
-            "results": [r.to_dict() for r in self.results],
+            "results": [r.to_dict() for r in self.results] if results else [],
             "summary": self.summary(),
         }
 

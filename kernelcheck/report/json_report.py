@@ -22,8 +22,24 @@ def dumps_report(data: dict) -> str:
     return _FLAT_ARRAY.sub(lambda m: "[" + re.sub(r",\s+", ", ", m.group(1)) + "]", text)
 
 
-def to_json(report: Report) -> str:
-    return dumps_report(report.to_dict())
+_RESULTS = "\u0000results\u0000"  # where a report's results go, in their own text
+
+
+def to_json(report: Report, result_texts: list[str] | None = None) -> str:
+    """The report's JSON; ``result_texts`` (:func:`result_json` of each result, in order)
+    spares serializing results again: the same text, made in time linear in the run."""
+    if result_texts is None:
+        return dumps_report(report.to_dict())
+    data = report.to_dict(results=False)
+    data["results"] = _RESULTS
+    items = ",\n".join(result_texts)
+    listed = f"[\n{items}\n  ]" if result_texts else "[]"
+    return dumps_report(data).replace(json.dumps(_RESULTS), listed, 1)
+
+
+def result_json(result) -> str:
+    """One result as it stands in a report's ``results`` list (indented two levels)."""
+    return dumps_report(result.to_dict()).replace("\n", "\n    ").join(["    ", ""])
 
 
 def _umask() -> int:
@@ -73,13 +89,23 @@ class JsonReportWriter:
     def __init__(self, path: Path):
         self.path = Path(path)
         self.error: str | None = None  # a failed write never stops the run; the CLI says so
+        self._texts: list[tuple[object, str]] = []  # (result, its JSON): results never change
 
     def __call__(self, _result, report: Report) -> None:
         self.write(report)
 
+    def _result_texts(self, report: Report) -> list[str]:
+        known = self._texts
+        n = 0
+        while n < min(len(known), len(report.results)) and known[n][0] is report.results[n]:
+            n += 1
+        del known[n:]  # a result replaced (a shrunk one): from there on, made again
+        known += [(r, result_json(r)) for r in report.results[n:]]
+        return [text for _, text in known]
+
     def write(self, report: Report) -> None:
         try:
-            write_atomic(self.path, to_json(report))
+            write_atomic(self.path, to_json(report, self._result_texts(report)))
             self.error = None
         except OSError as exc:
             self.error = f"cannot write {self.path}: {exc.strerror or exc}"

@@ -159,3 +159,28 @@ def test_report_without_matplotlib_exits_2_with_the_install_command(report, tmp_
         assert "matplotlib" in p.stderr and "pip install -e '.[report]'" in p.stderr
         assert len(p.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "r.html").exists() and not (tmp_path / "x.html").exists()
+
+
+def test_the_json_writer_keeps_each_results_text_and_writes_the_same_file(report, tmp_path):
+    """Rewritten after every result, the report costs time linear in the run: each
+    result's text is made once. The file is byte for byte ``to_json``'s, also after a
+    result is replaced (a shrunk failure) and with no results at all."""
+    from dataclasses import replace
+
+    from kernelcheck.report.json_report import JsonReportWriter
+    from kernelcheck.results import Report
+
+    path = tmp_path / "r.json"
+    writer = JsonReportWriter(path)
+    growing = Report(report.op, report.op_version, report.device, started=report.started)
+    growing.finished = report.started + 1
+    writer.write(growing)
+    assert path.read_text() == to_json(growing)
+    for r in report.results[:5]:
+        growing.results.append(r)
+        writer(r, growing)
+        assert path.read_text() == to_json(growing)
+    growing.results[2] = replace(growing.results[2], message="shrunk: a smaller case")
+    writer.write(growing)
+    assert path.read_text() == to_json(growing)
+    assert json.loads(path.read_text())["results"][2]["message"] == "shrunk: a smaller case"
