@@ -253,7 +253,7 @@ def run(
     if junit_out:
         write_atomic(junit_out, rep.to_junit(report))
     if html_out:
-        write_page(html_out, report.to_dict(), base)
+        write_page(html_out, report.to_dict(), base, baseline_factor)
     notes = shrink_notes(report, shrunk) if shrink and not report.interrupted else []
     out = Console(soft_wrap=False, width=_width())
     if fmt == "table":

@@ -198,3 +198,26 @@ def test_a_shrunk_case_is_minimal_shrinking_its_repro_finds_nothing(broken):
     assert again.status == "fail"
     second = shrink(catalog, "logp", again, again_plan.options, budget_s=60.0)
     assert second.reproduced and not second.shrunk, second.steps
+
+
+def test_a_failure_that_needs_an_attribute_shrinks_with_it(tmp_path):
+    """A kernel that ignores logp's mask fails only with --attr with_mask=true: the
+    shrinker reruns the case with that attribute (it reproduces), and the shrunk repro
+    carries it."""
+    shutil.copy(FIXTURES / "broken_logp.py", tmp_path / "kc_shrink_mask.py")
+    spec = tmp_path / "mask.toml"
+    spec.write_text(
+        'op = "logp"\n[[candidate]]\nname = "nomask"\n'
+        'callable = "kc_shrink_mask:ignores_mask"\ndevices = ["cpu"]\n'
+    )
+    catalog = load_catalog([spec])
+    plan = api.plan(
+        catalog, "logp", candidate_names=["nomask"], device="cpu", dtype_names="fp32",
+        shape={"batch": 4, "seq": 8, "vocab": 300}, check_names="forward_accuracy",
+        seeds=[0], distributions="normal", attributes={"with_mask": True},
+    )  # fmt: skip
+    (result,) = api.execute(plan).results
+    assert result.status == "fail" and result.attributes == {"with_mask": True}
+    out = shrink(catalog, "logp", result, plan.options, budget_s=60.0)
+    assert out.reproduced, out.message
+    assert "--attr with_mask=true" in out.repro and out.case_id.endswith("-with_mask=true")

@@ -31,12 +31,16 @@ def html_out_problem(path: Path) -> str | None:
     return f"--html-out: {why}" if why else None
 
 
-def write_page(path: Path, report: dict, baseline: dict | None = None) -> int:
-    """Write the page of ``report`` (diffed against ``baseline`` when given); its bytes."""
-    from kernelcheck.compare import diff
+def write_page(
+    path: Path, report: dict, baseline: dict | None = None, factor: float | None = None
+) -> int:
+    """Write the page of ``report`` (diffed against ``baseline`` when given, counting a
+    metric grown by ``factor`` as a regression, as ``diff`` does); its bytes."""
+    from kernelcheck.compare import DEFAULT_FACTOR, diff
     from kernelcheck.report.html import write_html
 
-    changes = diff(baseline, report) if baseline is not None else None
+    factor = DEFAULT_FACTOR if factor is None else factor
+    changes = diff(baseline, report, factor=factor) if baseline is not None else None
     return write_html(path, report, changes)
 
 
@@ -54,6 +58,14 @@ def report(
             "--baseline", help="Also show the diff from this JSON report.", metavar="FILE"
         ),
     ] = None,
+    baseline_factor: Annotated[
+        Optional[float],
+        typer.Option(
+            "--baseline-factor",
+            help="Metric growth counted as a regression (as diff's --factor).",
+            metavar="F",
+        ),
+    ] = None,
 ) -> None:
     """Render JSON reports as one self-contained HTML page with error plots."""
     from kernelcheck.compare import merge
@@ -64,10 +76,13 @@ def report(
         loaded = [read_report(p) for p in reports]
         data = loaded[0] if len(loaded) == 1 else merge(loaded, [str(p) for p in reports])
         base = read_report(baseline) if baseline else None
-        size = write_page(html_out, data, base)
+        if baseline_factor is not None and baseline_factor < 1:
+            raise UsageError(f"--baseline-factor: expected a number >= 1, got {baseline_factor}")
+        size = write_page(html_out, data, base, baseline_factor)
     except UsageError as exc:
         fail(str(exc))
-    counts = ", ".join(f"{v} {k}" for k, v in data["summary"]["counts"].items() if v)
+    counts = (data.get("summary") or {}).get("counts") or {}
+    counts = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
     typer.echo(f"wrote {html_out} ({size / 1024:.0f} kB): {counts or 'no results'}")
     raise typer.Exit(EXIT_OK)
 

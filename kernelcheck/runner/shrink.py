@@ -234,6 +234,10 @@ def shrink(
         (seed,),
         dists,
         (r.check,),
+        # the failing case's attributes (logp's with_mask, a temperature): the others at
+        # their defaults, and the same ones shown in ids and repros
+        attrs=tuple((k, r.attributes.get(k, v[0])) for k, v in op.attributes.items()),
+        shown=tuple(k for k in op.attributes if k in r.attributes),
     )
     own = executor is None
     executor = executor or Executor()

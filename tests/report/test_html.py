@@ -257,3 +257,30 @@ def test_chromium_shows_the_page_and_it_fetches_nothing(planted, tmp_path):
     assert browser.distinct_colours(tmp_path / "leaky.png") == 1
     if os.environ.get("KERNELCHECK_UPDATE_SCREENSHOT"):  # the README's screenshot
         shutil.copy(png, SCREENSHOT)
+
+
+def test_the_page_counts_regressions_with_the_gates_factor(planted, tmp_path):
+    """`--baseline-factor` decides what the page marks regressed, as it decides `run`'s
+    exit code: errors 1.5x the baseline's are regressions at 1.2, not at the default 2."""
+    from kernelcheck.commands.report import write_page
+
+    base = copy.deepcopy(planted)
+    for r in base["results"]:
+        r["metrics"] = {k: v / 1.5 if k == "max_abs" else v for k, v in r["metrics"].items()}
+    out = tmp_path / "page.html"
+    write_page(out, planted, base)
+    assert 'data-regressed="false"' in out.read_text()
+    write_page(out, planted, base, factor=1.2)
+    assert 'data-regressed="true"' in out.read_text()
+    new_path, base_path = _write(tmp_path / "n.json", planted), _write(tmp_path / "b.json", base)
+    p = kc("report", new_path, "--baseline", base_path, "--baseline-factor", "1.2",
+           "--html-out", out)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert 'data-regressed="true"' in out.read_text()
+
+
+def test_a_report_without_a_summary_renders(planted, tmp_path):
+    bare = {k: v for k, v in planted.items() if k != "summary"}
+    p = kc("report", _write(tmp_path / "bare.json", bare), "--html-out", tmp_path / "p.html")
+    assert p.returncode == 0, p.stderr
+    assert "wrote" in p.stdout
