@@ -9,6 +9,10 @@ On the CPU, plain torch ops can give a row other bits depending on its batch:
   scalar tail with other bits, and where a row's elements fall depends on the batch:
   :func:`fixed_lanes` keeps each element in a lane fixed by its column.
 
+And one of speed: ``exp`` of an argument below about -87 (a softmax term under 1e-38,
+common when logits are offset by 1e4 and rounded to bf16) takes a slow path on x86,
+30-80x slower (:func:`exp_flushed_`).
+
 kernelcheck's ``forward_invariance`` and ``backward_invariance`` catch both
 (``tests/candidates/test_honest.py`` shows them, and that the helpers fix them).
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import torch
 
 SUM_CHUNK = 1024
+FLUSH_BELOW = -87.0  # exp(-87) = 1.6e-38, above fp32's smallest normal (1.2e-38)
 LANES = 64  # a multiple of every SIMD width torch uses
 CHUNK_ELEMENTS = 32768  # torch's parallel grain: a chunk this size runs on one thread
 
@@ -54,3 +59,19 @@ def fixed_lanes(fn, g: torch.Tensor) -> torch.Tensor:
         buf[:, :n] = part
         out[start : start + step] = fn(buf)[:, :n]
     return out
+
+
+def exp_flushed_(x: torch.Tensor) -> torch.Tensor:
+    """``x.exp_()`` with results below fp32's smallest normal flushed to +0.
+
+    Subnormal and underflowing results of ``exp`` take a slow path here (measured: 0.2 ms
+    for 1M arguments at -80, 15.6 ms at -95, 6.4 ms at -128). A softmax term under 1e-38
+    cannot change an fp32 sum that holds the row max's term (exactly 1), so flushing it
+    keeps the log-sum; a gradient element there becomes 0 instead of a subnormal. Per
+    element, so a row's bits never depend on its batch.
+    """
+    low = float(x.min()) if x.numel() else 0.0
+    if not low >= FLUSH_BELOW:  # NaN too: the same path for every row, whatever its batch
+        tiny = x < FLUSH_BELOW
+        return x.clamp_(min=FLUSH_BELOW).exp_().masked_fill_(tiny, 0.0)
+    return x.exp_()
