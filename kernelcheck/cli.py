@@ -24,6 +24,7 @@ from kernelcheck.commands.common import parse_attrs as _parse_attrs
 from kernelcheck.commands.common import parse_shape as _parse_shape
 from kernelcheck.commands.options import (
     AttrOpt,
+    BaselineFactorOpt,
     BatchOpt,
     CandidateOpt,
     DeviceOpt,
@@ -32,8 +33,10 @@ from kernelcheck.commands.options import (
     ShapeOpt,
     SpecOpt,
     VocabOpt,
+    check_baseline_factor,
 )
 from kernelcheck.commands.progress import CaseTicker, shrink_notes
+from kernelcheck.compare.reports import DEFAULT_FACTOR
 from kernelcheck.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -161,12 +164,7 @@ def run(
             metavar="FILE",
         ),
     ] = None,
-    baseline_factor: Annotated[
-        float,
-        typer.Option(
-            "--baseline-factor", help="Metric growth counted as a regression.", metavar="F"
-        ),
-    ] = 2.0,
+    baseline_factor: BaselineFactorOpt = DEFAULT_FACTOR,
     shrink: Annotated[
         bool, typer.Option("--shrink/--no-shrink", help="Shrink failing cases to a minimal repro.")
     ] = True,
@@ -188,8 +186,7 @@ def run(
 
     try:
         base = read_report(baseline) if baseline else None
-        if baseline_factor < 1:
-            raise UsageError(f"--baseline-factor: expected a number >= 1, got {baseline_factor}")
+        check_baseline_factor(baseline_factor)
         if fmt not in rep.FORMATS:
             raise UsageError(f"unknown format {fmt!r}; valid: {', '.join(rep.FORMATS)}")
         for flag, path in (("--json-out", json_out), ("--junit-out", junit_out)):

@@ -75,3 +75,11 @@ def exp_flushed_(x: torch.Tensor) -> torch.Tensor:
         tiny = x < FLUSH_BELOW
         return x.clamp_(min=FLUSH_BELOW).exp_().masked_fill_(tiny, 0.0)
     return x.exp_()
+
+
+def exp_for(dtype: torch.dtype):
+    """The in-place exp for logits of ``dtype``: :func:`exp_flushed_` for bf16/fp16, whose
+    rows offset by 1e4 are multiples of 64 apart (most terms on exp's slow path); plain
+    for fp32, where the flush's extra passes cost more than they save. A choice by dtype,
+    never by batch."""
+    return torch.Tensor.exp_ if dtype == torch.float32 else exp_flushed_

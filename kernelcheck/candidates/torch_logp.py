@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from kernelcheck.candidates.honest import exp_flushed_, fixed_order_row_sum
+from kernelcheck.candidates.honest import exp_for, fixed_order_row_sum
 
 IMPLEMENTATION = "torch:fp32-formula"
 ROW_CHUNK_ELEMENTS = 1 << 20  # fp32 temporaries of one row chunk: 4 MiB, cache-sized
@@ -16,14 +16,6 @@ def _row_chunks(rows: int, vocab: int):
     step = max(1, ROW_CHUNK_ELEMENTS // max(1, vocab))
     for start in range(0, rows, step):
         yield slice(start, min(rows, start + step))
-
-
-def _exp_for(dtype: torch.dtype):
-    """In-place exp: with tiny terms flushed for bf16/fp16 logits, whose rows offset by 1e4
-    are multiples of 64 apart, so most terms would take exp's slow path; plain for fp32,
-    where the flush's extra passes cost more than they save (a choice by dtype, never by
-    batch)."""
-    return torch.Tensor.exp_ if dtype == torch.float32 else exp_flushed_
 
 
 class _Logp(torch.autograd.Function):
@@ -45,7 +37,7 @@ class _Logp(torch.autograd.Function):
         selected = x2.gather(-1, safe.unsqueeze(-1)).squeeze(-1).float()
         row_max = torch.empty(x2.shape[0], dtype=torch.float32, device=logits.device)
         log_sum = torch.empty_like(row_max)
-        exp_ = _exp_for(logits.dtype)
+        exp_ = exp_for(logits.dtype)
         # one fp32 buffer for every chunk: a fresh multi-MB tensor per chunk costs its
         # page faults each time (allocations this size come straight from mmap)
         buf = torch.empty(0, dtype=torch.float32, device=logits.device)
@@ -91,9 +83,9 @@ class _Logp(torch.autograd.Function):
                 p = x.float().sub_(row_max[sl, None])
             if temperature != 1.0:
                 p.div_(temperature)
-            _exp_for(x.dtype)(p.sub_(log_sum[sl, None])).mul_(-coef[sl, None])
+            exp_for(x.dtype)(p.sub_(log_sum[sl, None])).mul_(-coef[sl, None])
             p.scatter_add_(-1, safe[sl].unsqueeze(-1), coef[sl].unsqueeze(-1))
-            if p.data_ptr() != grad[sl].data_ptr():
+            if x.dtype != torch.float32:
                 grad[sl] = p
         return grad.view(ctx.lead), None, None, None
 

@@ -196,6 +196,11 @@ class CaseContext:
         found = self._pools[mine]
         return found["inputs"], found["upstream"]
 
+    def drop_pools(self, seed: int, dist: str) -> None:
+        """Forget the invariance pools of one trial (it is released: no one reads them)."""
+        for mine in [m for m in self._pools if m[:2] == (seed, dist)]:
+            del self._pools[mine]
+
     def upstream(self, seed: int, lead: tuple[int, ...] | None = None, salt: str = ""):
         with self.clock.phase("inputs"):
             return self._upstream(seed, lead, salt)
@@ -392,8 +397,7 @@ class Trial:
         keep = ("ctx", "seed", "distribution", "watch", "key", "readers")
         for key in [k for k in self.__dict__ if k not in keep]:
             del self.__dict__[key]
-        for mine in [m for m in self.ctx._pools if m[:2] == (self.seed, self.distribution)]:
-            del self.ctx._pools[mine]
+        self.ctx.drop_pools(self.seed, self.distribution)
 
     def gold_grad_chunks(self):
         """The float64 gold gradient, chunk by chunk (timed as ``gold``)."""

@@ -132,19 +132,26 @@ class Contract(Check):
                     f"expected exactly {rule.output!r}: "
                     + first_bit_difference(got[k : k + 1].float(), want.view(1))
                 )
-        if self.ctx.grad:
-            upstream = self.ctx.upstream(trial.seed, lead)
-            _, grads = self.ctx.call_backward(self.ctx.to_device(inputs), upstream)
-            for n, g in grads.items():
-                if not self.ctx.op.is_row_wise(self.ctx.op.input(n)):
-                    continue
-                if rule.gradients and n not in rule.gradients:
-                    continue
-                g_rows = g.cpu().reshape(idx.numel(), -1)[rows]
-                if bool((g_rows != 0).any()):
-                    self.problems.append(f"gradient:{n} is not zero on out-of-range rows")
+        for n in self._nonzero_gradients(trial, inputs, lead, rows, rule.gradients):
+            self.problems.append(f"gradient:{n} is not zero on out-of-range rows")
         if len(self.problems) == before:
             self.passed.append(f"out-of-range {rule.input} -> {rule.output}")
+
+    def _nonzero_gradients(self, trial, inputs, lead, rows, only=()) -> list[str]:
+        """The row-wise gradients (of ``only``, when given) not all zero on ``rows`` of the
+        flat lead: a backward call on ``inputs`` (none when backward checks are off)."""
+        if not self.ctx.grad:
+            return []
+        upstream = self.ctx.upstream(trial.seed, lead)
+        _, grads = self.ctx.call_backward(self.ctx.to_device(inputs), upstream)
+        nrows = math.prod(lead)
+        return [
+            n
+            for n, g in grads.items()
+            if self.ctx.op.is_row_wise(self.ctx.op.input(n))
+            and (not only or n in only)
+            and bool((g.cpu().reshape(nrows, -1)[rows] != 0).any())
+        ]
 
     def _masked(self, trial: Trial) -> None:
         """Every other row masked out (with out-of-range ids there, when the rule says any
@@ -177,14 +184,8 @@ class Contract(Check):
                     f"{name}: masked position {int(masked[k])} gave {got[k].item()!r}, expected "
                     f"exactly {value!r}: " + first_bit_difference(got[k : k + 1], want[:1])
                 )
-        if self.ctx.grad:
-            upstream = self.ctx.upstream(trial.seed, lead)
-            _, grads = self.ctx.call_backward(self.ctx.to_device(inputs), upstream)
-            for n, g in grads.items():
-                if self.ctx.op.is_row_wise(self.ctx.op.input(n)):
-                    g_rows = g.cpu().reshape(mask.numel(), -1)[masked]
-                    if bool((g_rows != 0).any()):
-                        self.problems.append(f"gradient:{n} is not zero at masked positions")
+        for n in self._nonzero_gradients(trial, inputs, lead, masked):
+            self.problems.append(f"gradient:{n} is not zero at masked positions")
         if len(self.problems) == before:
             self.passed.append(f"masked ({rule.mask} false) -> exact outputs")
 

@@ -1,4 +1,4 @@
-"""Command-line options that ``run`` and ``bench`` share, declared once."""
+"""Command-line options that several commands share, declared once."""
 
 from __future__ import annotations
 
@@ -57,3 +57,14 @@ AttrOpt = Annotated[
         metavar="NAME=VALUE",
     ),
 ]
+BaselineFactorOpt = Annotated[
+    float,
+    typer.Option("--baseline-factor", help="Metric growth counted as a regression.", metavar="F"),
+]
+
+
+def check_baseline_factor(factor: float) -> None:
+    if factor < 1:
+        from kernelcheck.errors import UsageError
+
+        raise UsageError(f"--baseline-factor: expected a number >= 1, got {factor}")

@@ -13,7 +13,9 @@ from typing import Annotated, Optional
 import typer
 
 from kernelcheck.commands.common import fail
+from kernelcheck.commands.options import BaselineFactorOpt, check_baseline_factor
 from kernelcheck.compare import read_report
+from kernelcheck.compare.reports import DEFAULT_FACTOR
 from kernelcheck.errors import EXIT_OK, UsageError
 
 
@@ -32,14 +34,13 @@ def html_out_problem(path: Path) -> str | None:
 
 
 def write_page(
-    path: Path, report: dict, baseline: dict | None = None, factor: float | None = None
+    path: Path, report: dict, baseline: dict | None = None, factor: float = DEFAULT_FACTOR
 ) -> int:
     """Write the page of ``report`` (diffed against ``baseline`` when given, counting a
     metric grown by ``factor`` as a regression, as ``diff`` does); its bytes."""
-    from kernelcheck.compare import DEFAULT_FACTOR, diff
+    from kernelcheck.compare import diff
     from kernelcheck.report.html import write_html
 
-    factor = DEFAULT_FACTOR if factor is None else factor
     changes = diff(baseline, report, factor=factor) if baseline is not None else None
     return write_html(path, report, changes)
 
@@ -58,14 +59,7 @@ def report(
             "--baseline", help="Also show the diff from this JSON report.", metavar="FILE"
         ),
     ] = None,
-    baseline_factor: Annotated[
-        Optional[float],
-        typer.Option(
-            "--baseline-factor",
-            help="Metric growth counted as a regression (as diff's --factor).",
-            metavar="F",
-        ),
-    ] = None,
+    baseline_factor: BaselineFactorOpt = DEFAULT_FACTOR,
 ) -> None:
     """Render JSON reports as one self-contained HTML page with error plots."""
     from kernelcheck.compare import merge
@@ -76,8 +70,7 @@ def report(
         loaded = [read_report(p) for p in reports]
         data = loaded[0] if len(loaded) == 1 else merge(loaded, [str(p) for p in reports])
         base = read_report(baseline) if baseline else None
-        if baseline_factor is not None and baseline_factor < 1:
-            raise UsageError(f"--baseline-factor: expected a number >= 1, got {baseline_factor}")
+        check_baseline_factor(baseline_factor)
         size = write_page(html_out, data, base, baseline_factor)
     except UsageError as exc:
         fail(str(exc))

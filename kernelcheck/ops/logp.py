@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelcheck.candidates.honest import exp_flushed_
+from kernelcheck.candidates.honest import exp_for
 
 
 def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -73,9 +73,7 @@ def reference_fp32(
     safe = torch.where(valid, target, torch.zeros_like(target))
     row_max = x.amax(dim=-1, keepdim=True)
     shifted = x - row_max
-    # bf16/fp16 logits: terms under 1e-38 flushed (exp's slow path; the sum keeps its bits)
-    exp_ = torch.Tensor.exp_ if logits.dtype == torch.float32 else exp_flushed_
-    log_sum = torch.log(exp_(shifted).sum(dim=-1))
+    log_sum = torch.log(exp_for(logits.dtype)(shifted).sum(dim=-1))
     selected = x.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
     logp = (selected - row_max.squeeze(-1)) - log_sum
     return torch.where(valid, logp, torch.zeros_like(logp))
