@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parents[1]
 NATIVE = [
     *REPO.glob("include/*.h"),
     *REPO.glob("kernels_cpu/*.cpp"),
+    *REPO.glob("metrics_cpu/*.cpp"),
     *REPO.glob("kernels_cuda/*.cu"),
     *REPO.glob("kernels_ascend/*.asc"),
     *REPO.glob("kernels_ascend/*.cpp"),

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kernelcheck.checks import fastpath
+
 _INT_VIEW = {
     torch.float32: torch.int32,
     torch.float16: torch.int16,
@@ -60,6 +62,12 @@ def row_digests(t: torch.Tensor) -> torch.Tensor:
     """
     t2 = t.reshape(t.shape[0], -1) if t.dim() > 0 else t.reshape(1, 1)
     rows, cols = t2.shape
+    if t2.is_contiguous() and t2.device.type == "cpu":  # one pass in libkc_metrics_cpu
+        view = bits(t2)
+        per_word = 2 if view.element_size() == 8 else 1
+        found = fastpath.row_digests(view, _digest_weights(cols * per_word))
+        if found is not None:
+            return found
     out = torch.empty(rows, dtype=torch.int32)
     step = max(1, DIGEST_CHUNK_ELEMENTS // max(1, cols))
     for start in range(0, rows, step):
@@ -206,7 +214,12 @@ def column_bucket_max(err: torch.Tensor, buckets: int = COLUMN_BUCKETS):
     or tile) is where tail bugs live; the max over rows is one pass over ``err``.
     """
     cols = err.shape[-1]
-    per_column = err.reshape(-1, cols).amax(dim=0)
+    return column_buckets(err.reshape(-1, cols).amax(dim=0), buckets)
+
+
+def column_buckets(per_column: torch.Tensor, buckets: int = COLUMN_BUCKETS):
+    """:func:`column_bucket_max` from each column's worst error (``[cols]``)."""
+    cols = per_column.shape[0]
     n = min(buckets, cols)
     width = cols // n
     body = per_column[: n * width].view(n, width).amax(dim=1)
@@ -275,6 +288,14 @@ class ErrorProfile:
             body, tail = column_bucket_max(err.reshape(err.shape[0], -1))
             self._add_columns(int(err[0].numel()), body, tail)
         worst = max_by_row_class(err, len(self.distributions), row_offset) if err.numel() else []
+        self._add_distributions(dict(zip(self.distributions, worst)))
+
+    def update_rows(self, unit: str, fast: fastpath.RowErrors, row_offset: int) -> None:
+        """:meth:`update` from a single-pass comparison's per-row and per-column results."""
+        self._add_counts(unit, fast.ulp_counts)
+        body, tail = column_buckets(fast.column_max)
+        self._add_columns(fast.column_max.shape[0], body, tail)
+        worst = max_by_row_class(fast.rows[:, 0], len(self.distributions), row_offset)
         self._add_distributions(dict(zip(self.distributions, worst)))
 
     def _add_counts(self, unit: str, counts: torch.Tensor) -> None:
@@ -367,6 +388,10 @@ class ErrorStats:
         self.n += g.numel()
         if g.numel() == 0:
             return
+        fast = fastpath.compare_rows(c, g, self.atol, self.rtol) if c.dim() == 2 else None
+        if fast is not None:  # the same numbers from one pass (NaN/Inf chunks never get here)
+            self._update_rows(fast, c, g, row_offset)
+            return
         err = torch.sub(c, g) if g.dtype == torch.float64 else c.double() - g.double()
         err.abs_()
         top = float(err.max())
@@ -395,6 +420,24 @@ class ErrorStats:
         if self.first_bad is None and n_bad:
             self._first_bad(bad, c, g, row_offset)
         self.max_rel = max(self.max_rel, float(err.div_(g_abs.clamp_min_(1e-12)).max()))
+
+    def _update_rows(self, fast: fastpath.RowErrors, c, g, row_offset: int) -> None:
+        per_row, counts = fast.rows, fast.counts
+        n_bad = int(counts[:, 0].sum())
+        self.n_bad += n_bad
+        self.max_abs = max(self.max_abs, float(per_row[:, 0].max()))
+        self.sum_abs += float(per_row[:, 1].sum())
+        self.max_rel = max(self.max_rel, float(per_row[:, 2].max()))
+        self.gold_absmax = max(self.gold_absmax, float(per_row[:, 3].max()))
+        if c.dtype == torch.float32:
+            self.max_ulp = max(self.max_ulp or 0, int(counts[:, 2].max()))
+        if self.profile is not None:
+            self.profile.update_rows(_STEP_DTYPES[c.dtype][0], fast, row_offset)
+        if self.first_bad is None and n_bad:
+            row = int((counts[:, 0] > 0).nonzero()[0])
+            col = int(counts[row, 1])
+            self.first_bad = (row + row_offset, col)
+            self.first_bad_values = (float(c[row, col]), float(g[row, col]))
 
     def _first_bad(self, bad, c, g, row_offset: int) -> None:
         flat = int(bad.reshape(-1).nonzero()[0])

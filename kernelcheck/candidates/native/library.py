@@ -75,7 +75,16 @@ def search_dirs() -> list[Path]:
 
 def find_library(backend: str) -> tuple[Path | None, list[str]]:
     """``(path or None, places looked)`` for ``backend``'s library."""
-    name = library_filename(backend)
+    return find_named(library_filename(backend))
+
+
+def find_file(name: str) -> Path | None:
+    """A native library of this package (a kernel's or kernelcheck's own) by file name."""
+    return find_named(name)[0]
+
+
+def find_named(name: str) -> tuple[Path | None, list[str]]:
+    """``(path or None, places looked)`` for the library file ``name``, in the search order."""
     looked: list[str] = []
     for d in search_dirs():
         looked.append(str(d))
