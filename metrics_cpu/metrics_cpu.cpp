@@ -107,23 +107,24 @@ inline Element element(const void* cand, int64_t j, double gold) {
 
 struct RowStats {
   double max_abs = 0, sum_abs = 0, max_rel = 0, gold_absmax = 0;
-  int64_t n_bad = 0, first_bad = -1, max_steps = 0;
-  bool nonfinite = false;
+  int64_t n_bad = 0, first_bad = -1;
+  uint64_t max_steps = 0;
 };
 
+// Four histograms, element j counted in copy j % 4: consecutive elements mostly land in the
+// same bucket, and four copies keep their increments from waiting on each other.
+using Histograms = int64_t[4][kBuckets];
+
+// Columns [j0, j1) of one row into its running statistics (columns visited in order, so the
+// row's sum is the same whatever the block size). False when an element is NaN/Inf.
 template <int D>
-RowStats compare_row(const void* cand, const double* gold, int64_t cols, double atol, double rtol,
-                     double* col_max, int64_t* hist) {
+bool compare_columns(const void* cand, const double* gold, int64_t j0, int64_t j1, double atol,
+                     double rtol, double* col_max, Histograms& hist, RowStats& s) {
   constexpr uint32_t kMagnitude = D == kFloat32 ? 0x7FFFFFFFu : 0x7FFFu;
-  RowStats s;
-  uint64_t max_steps = 0;
-  for (int64_t j = 0; j < cols; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const double g = gold[j];
     const Element e = element<D>(cand, j, g);
-    if (!std::isfinite(e.value) || !std::isfinite(g)) {
-      s.nonfinite = true;  // the caller redoes this chunk with the torch passes
-      return s;
-    }
+    if (!std::isfinite(e.value) || !std::isfinite(g)) return false;  // redone by torch passes
     const double err = std::fabs(static_cast<double>(e.value) - g);
     const double gabs = std::fabs(g);
     const bool bad = rtol != 0.0 ? err > gabs * rtol + atol : err > atol;
@@ -134,7 +135,10 @@ RowStats compare_row(const void* cand, const double* gold, int64_t cols, double 
     s.max_abs = std::max(s.max_abs, err);
     s.sum_abs += err;
     s.gold_absmax = std::max(s.gold_absmax, gabs);
-    s.max_rel = std::max(s.max_rel, err / std::max(gabs, 1e-12));
+    // the relative error is divided out only where it may be a new maximum (the margin
+    // covers the product's rounding), so the maximum is the exact max of err / |g|
+    const double denom = std::max(gabs, 1e-12);
+    if (err > s.max_rel * denom * (1 - 1e-12)) s.max_rel = std::max(s.max_rel, err / denom);
     col_max[j] = std::max(col_max[j], err);
     // steps between magnitudes: their difference when the signs agree, else their sum;
     // blended without branches (which way a comparison goes is a coin toss per element)
@@ -145,22 +149,33 @@ RowStats compare_row(const void* cand, const double* gold, int64_t cols, double 
     const uint64_t differ = static_cast<uint64_t>((e.cand_bits ^ e.gold_bits) >> 31);  // all ones
     const uint64_t steps = (static_cast<uint64_t>(mc + mg) & differ) |
                            (static_cast<uint64_t>((diff ^ sign) - sign) & ~differ);
-    ++hist[steps ? 64 - __builtin_clzll(steps) : 0];
-    max_steps = std::max(max_steps, steps);
+    ++hist[j & 3][steps ? 64 - __builtin_clzll(steps) : 0];
+    s.max_steps = std::max(s.max_steps, steps);
   }
-  s.max_steps = static_cast<int64_t>(max_steps);
-  return s;
+  return true;
 }
+
+// Rows [r0, r1), in blocks of kBlockColumns columns across all the rows: the block's slice of
+// col_max stays in cache instead of streaming a 1.2 MB array per row.
+constexpr int64_t kBlockColumns = 4096;
 
 template <int D>
 bool compare_rows(const void* cand, const double* gold, int64_t r0, int64_t r1, int64_t cols,
                   double atol, double rtol, double* row_out, int64_t* row_count, double* col_max,
                   int64_t* hist) {
   const int64_t elem = D == kFloat32 ? 4 : 2;
+  std::vector<RowStats> stats(r1 - r0);
+  Histograms h = {};
+  for (int64_t j0 = 0; j0 < cols; j0 += kBlockColumns) {
+    const int64_t j1 = std::min(cols, j0 + kBlockColumns);
+    for (int64_t r = r0; r < r1; ++r) {
+      const void* crow = static_cast<const char*>(cand) + r * cols * elem;
+      if (!compare_columns<D>(crow, gold + r * cols, j0, j1, atol, rtol, col_max, h, stats[r - r0]))
+        return false;
+    }
+  }
   for (int64_t r = r0; r < r1; ++r) {
-    const void* crow = static_cast<const char*>(cand) + r * cols * elem;
-    RowStats s = compare_row<D>(crow, gold + r * cols, cols, atol, rtol, col_max, hist);
-    if (s.nonfinite) return false;
+    const RowStats& s = stats[r - r0];
     double* o = row_out + 4 * r;
     o[0] = s.max_abs;
     o[1] = s.sum_abs;
@@ -169,20 +184,21 @@ bool compare_rows(const void* cand, const double* gold, int64_t r0, int64_t r1, 
     int64_t* n = row_count + 3 * r;
     n[0] = s.n_bad;
     n[1] = s.first_bad;
-    n[2] = s.max_steps;
+    n[2] = static_cast<int64_t>(s.max_steps);
   }
+  for (int b = 0; b < kBuckets; ++b) hist[b] += h[0][b] + h[1][b] + h[2][b] + h[3][b];
   return true;
 }
 
-// Rows [k*rows/T, (k+1)*rows/T) to thread k; fn(k, r0, r1) for each, joined before returning.
+// How many threads share rows x cols: up to `threads`, none for less than 64K elements each.
+int64_t thread_count(int64_t rows, int64_t cols, int threads) {
+  return std::min<int64_t>({std::max<int64_t>(1, threads), std::max<int64_t>(1, rows),
+                            std::max<int64_t>(1, rows * cols / 65536)});
+}
+
+// Rows [k*rows/nt, (k+1)*rows/nt) to thread k; fn(k, r0, r1) for each, joined before returning.
 template <typename Fn>
-void over_rows(int64_t rows, int64_t cols, int threads, Fn fn) {
-  int64_t nt = std::max<int64_t>(1, threads);
-  nt = std::min<int64_t>({nt, rows, std::max<int64_t>(1, rows * cols / 65536)});
-  if (nt <= 1) {
-    fn(0, 0, rows);
-    return;
-  }
+void over_rows(int64_t rows, int64_t nt, Fn fn) {
   std::vector<std::thread> pool;
   for (int64_t k = 1; k < nt; ++k) pool.emplace_back(fn, k, k * rows / nt, (k + 1) * rows / nt);
   fn(0, 0, rows / nt);
@@ -205,31 +221,27 @@ KC_API int kc_compare_rows(int dtype, const void* cand, const double* gold, int6
   if (!cand || !gold || !row_out || !row_count || !col_max || !hist) return kBadArgs;
   if (rows < 0 || cols < 0 || dtype < kFloat32 || dtype > kFloat16) return kBadArgs;
   if (rows == 0 || cols == 0) return kOk;
-  std::vector<std::vector<double>> cols_of(std::max(1, threads));
-  std::vector<std::vector<int64_t>> hist_of(std::max(1, threads));
-  std::vector<char> ok(std::max(1, threads), 1);
-  over_rows(rows, cols, threads, [&](int64_t k, int64_t r0, int64_t r1) {
-    double* cm = col_max;
-    int64_t* h = hist;
-    if (k > 0) {  // other threads keep their own maxima and counts, merged below
-      cols_of[k].assign(cols, 0.0);
-      hist_of[k].assign(kBuckets, 0);
-      cm = cols_of[k].data();
-      h = hist_of[k].data();
-    }
-    bool fine = dtype == kFloat32    ? compare_rows<kFloat32>(cand, gold, r0, r1, cols, atol, rtol,
-                                                              row_out, row_count, cm, h)
-                : dtype == kBFloat16 ? compare_rows<kBFloat16>(cand, gold, r0, r1, cols, atol, rtol,
-                                                               row_out, row_count, cm, h)
-                                     : compare_rows<kFloat16>(cand, gold, r0, r1, cols, atol, rtol,
-                                                              row_out, row_count, cm, h);
-    ok[k] = fine;
+  const int64_t nt = thread_count(rows, cols, threads);
+  // the other threads' column maxima and counts, merged below; allocated here, in the
+  // calling thread, whose heap keeps them between calls (a new thread's would fault them in)
+  std::vector<double> cols_of((nt - 1) * cols, 0.0);
+  std::vector<int64_t> hist_of((nt - 1) * kBuckets, 0);
+  std::vector<char> ok(nt, 1);
+  over_rows(rows, nt, [&](int64_t k, int64_t r0, int64_t r1) {
+    double* cm = k ? cols_of.data() + (k - 1) * cols : col_max;
+    int64_t* h = k ? hist_of.data() + (k - 1) * kBuckets : hist;
+    ok[k] = dtype == kFloat32    ? compare_rows<kFloat32>(cand, gold, r0, r1, cols, atol, rtol,
+                                                          row_out, row_count, cm, h)
+            : dtype == kBFloat16 ? compare_rows<kBFloat16>(cand, gold, r0, r1, cols, atol, rtol,
+                                                           row_out, row_count, cm, h)
+                                 : compare_rows<kFloat16>(cand, gold, r0, r1, cols, atol, rtol,
+                                                          row_out, row_count, cm, h);
   });
-  for (size_t k = 1; k < cols_of.size(); ++k) {
+  for (int64_t k = 1; k < nt; ++k) {
     if (!ok[k]) return kNonFinite;
-    if (cols_of[k].empty()) continue;
-    for (int64_t j = 0; j < cols; ++j) col_max[j] = std::max(col_max[j], cols_of[k][j]);
-    for (int b = 0; b < kBuckets; ++b) hist[b] += hist_of[k][b];
+    const double* cm = cols_of.data() + (k - 1) * cols;
+    for (int64_t j = 0; j < cols; ++j) col_max[j] = std::max(col_max[j], cm[j]);
+    for (int b = 0; b < kBuckets; ++b) hist[b] += hist_of[(k - 1) * kBuckets + b];
   }
   return ok[0] ? kOk : kNonFinite;
 }
@@ -243,7 +255,7 @@ KC_API int kc_row_digests(const void* data, int elem_bytes, int64_t rows, int64_
   if (elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8) return kBadArgs;
   const int64_t words = elem_bytes == 8 ? 2 * cols : cols;
   const uint32_t* w = reinterpret_cast<const uint32_t*>(weights);
-  over_rows(rows, words, threads, [&](int64_t, int64_t r0, int64_t r1) {
+  over_rows(rows, thread_count(rows, words, threads), [&](int64_t, int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       uint32_t sum = 0;  // unsigned: wraps mod 2^32 as torch's int32 sum does
       if (elem_bytes == 2) {

@@ -74,19 +74,21 @@ class _Logp(torch.autograd.Function):
             g = g / temperature  # d/dx of f((x - max) / T)
         coef = torch.where(valid, g, torch.zeros_like(g))
         grad = torch.empty_like(x2)
+        buf = torch.empty(0, dtype=torch.float32, device=x2.device)
         for sl in _row_chunks(x2.shape[0], x2.shape[1]):
             # d logp / d x = onehot(target) - softmax(x), zero on out-of-range rows
             x, p = x2[sl], grad[sl]  # computed in place in the gradient's rows: no copy
-            if x.dtype == torch.float32:
-                torch.sub(x, row_max[sl, None], out=p)
-            else:  # a bf16/fp16 gradient: the fp32 chunk, rounded once at the end
-                p = x.float().sub_(row_max[sl, None])
+            if x.dtype != torch.float32:  # a bf16/fp16 gradient: an fp32 chunk, rounded once
+                if buf.shape[0] < x.shape[0]:
+                    buf = torch.empty(x.shape, dtype=torch.float32, device=x2.device)
+                p = buf[: x.shape[0]]
+            torch.sub(x, row_max[sl, None], out=p)
             if temperature != 1.0:
                 p.div_(temperature)
             exp_for(x.dtype)(p.sub_(log_sum[sl, None])).mul_(-coef[sl, None])
             p.scatter_add_(-1, safe[sl].unsqueeze(-1), coef[sl].unsqueeze(-1))
             if x.dtype != torch.float32:
-                grad[sl] = p
+                grad[sl].copy_(p)
         return grad.view(ctx.lead), None, None, None
 
 

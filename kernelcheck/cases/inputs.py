@@ -79,8 +79,16 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
-def draw_float(rows: int, inner: tuple[int, ...], dist: str, dtype: str, key: int):
-    """``rows x inner`` values of a distribution, rounded once to ``dtype`` (CPU).
+def draw_float(
+    rows: int,
+    inner: tuple[int, ...],
+    dist: str,
+    dtype: str,
+    key: int,
+    out: torch.Tensor | None = None,
+):
+    """``rows x inner`` values of a distribution, rounded once to ``dtype`` (CPU), written
+    into ``out`` (``rows x inner`` of that dtype, rows may be strided) when given.
 
     The generator: fixed chunks of whole rows (about DRAW_CHUNK_ELEMENTS each), chunk c
     drawn by ``torch.Generator().manual_seed(hash(key, c))`` in float32 and rounded to
@@ -92,7 +100,10 @@ def draw_float(rows: int, inner: tuple[int, ...], dist: str, dtype: str, key: in
     tdt = dtypes.torch_dtype(dtype)
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {dist!r}; valid: {', '.join(DISTRIBUTIONS)}")
-    out = torch.empty((rows, *inner), dtype=tdt)
+    if out is None:
+        out = torch.empty((rows, *inner), dtype=tdt)
+    elif out.dtype != tdt or tuple(out.shape) != (rows, *inner):
+        raise ValueError(f"out is {out.dtype} {tuple(out.shape)}, not {tdt} {(rows, *inner)}")
     step = max(1, DRAW_CHUNK_ELEMENTS // max(1, math.prod(inner)))
 
     def fill(c: int) -> None:
@@ -225,7 +236,8 @@ def make_inputs(
                     if len(parts) == 1
                     else _key(seed, part, spec.name, salt, str(k))
                 )
-                t[k :: len(parts)] = draw_float(count, inner, part, case_dtype, key)
+                # straight into its rows: a Qwen3-sized trial is never held twice
+                draw_float(count, inner, part, case_dtype, key, out=t[k :: len(parts)])
         if spec.scale != 1.0 and t.is_floating_point():
             t = (t.float() * spec.scale).to(t.dtype)  # drawn, scaled, rounded once more
         out[spec.name] = t.reshape(*lead, *inner) if row_wise else t.reshape(inner)

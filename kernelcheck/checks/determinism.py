@@ -26,14 +26,17 @@ class Determinism(Check):
         self.first: tuple[Trial, str] | None = None
 
     def _repeat(self, trial: Trial) -> list:
-        outs = trial.own_call(self.ctx.call)
-        results = [("output", o.detach().cpu()) for o in outs]
+        # the backward first: its gradient is allocated soon after the last one was freed,
+        # while that memory is still at hand (on a VM that hands freed memory back to the
+        # host, memory idle for seconds costs ~1 s/GB to touch again)
+        grads = {}
         if self.ctx.grad:
             _, grads = trial.own_call(lambda dev: self.ctx.call_backward(dev, trial.upstream))
-            results += [
-                (f"gradient:{n}", self.ctx.input_rows(n, g.cpu())) for n, g in grads.items()
-            ]
-        return results
+            grads = {n: row_digests(self.ctx.input_rows(n, g.cpu())) for n, g in grads.items()}
+        outs = trial.own_call(self.ctx.call)
+        return [("output", o.detach().cpu()) for o in outs] + [
+            (f"gradient:{n}", d) for n, d in grads.items()
+        ]
 
     def observe(self, trial: Trial) -> None:
         # run 1 is the trial's own call, which the accuracy checks share
@@ -69,7 +72,7 @@ class Determinism(Check):
             return "" if same else first_bit_difference(got, want)
         if got.shape[0] != want.shape[0]:
             return "shape changed"
-        differ = (row_digests(got) != want).nonzero().flatten()
+        differ = (got != want).nonzero().flatten()  # row digests, both
         if not len(differ):
             return ""
         row = int(differ[0])
