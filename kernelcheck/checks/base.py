@@ -259,6 +259,10 @@ class Trial:
         if found is None:
             found = make()
             self.ctx.shared.put(self.key, part, found)
+            # read back as every other candidate reads it (mapped from the shared file):
+            # the drawn copy's memory is freed, and a GB-sized gradient can reuse it
+            stored = self.ctx.shared.get(self.key, part)
+            found = found if stored is None else stored
         return found
 
     @cached_property
