@@ -73,9 +73,11 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
   if (kept.addr && kept.size >= mapped && kept.size - mapped <= mapped / 4) {
     b = kept; /* warm pages: reuse */
     kept.addr = 0;
+    kept.size = 0;
   } else {
     if (kept.addr) munmap(kept.addr, kept.size); /* never hold an unusable block */
     kept.addr = 0;
+    kept.size = 0;
     void* p = mmap(0, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
       pthread_mutex_unlock(&lock);

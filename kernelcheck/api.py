@@ -334,6 +334,8 @@ def doctor() -> dict:
 
     from kernelcheck.candidates import ascend
     from kernelcheck.candidates.native.library import library_status
+    from kernelcheck.checks import fastpath
+    from kernelcheck.runner.allocator import keeper_status
 
     devs = {}
     for name, st in devices.all_status().items():
@@ -347,6 +349,10 @@ def doctor() -> dict:
             "cpu": library_status("cpu"),
             "cuda": library_status("cuda"),
             "ascend": ascend.library_status(),
+        },
+        "verifier_libraries": {  # kernelcheck's own native helpers (never judged)
+            "metrics": fastpath.status(),
+            "keep_large": keeper_status(),
         },
         "npu_stack": {
             "torch_npu": devices.import_torch_npu() or "importable",

@@ -350,6 +350,9 @@ def doctor(
     for name, lib in info["native_libraries"].items():
         parts = [f"native {name}: {lib['status']}", lib.get("path"), lib.get("reason")]
         console.print(" ".join(p for p in parts if p), highlight=False)
+    for name, lib in info["verifier_libraries"].items():
+        parts = [f"helper {name}: {lib['status']}", lib.get("path"), lib.get("reason")]
+        console.print(" ".join(p for p in parts if p), highlight=False)
     npu = info["npu_stack"]
     console.print(
         f"torch_npu: {npu['torch_npu']}; "

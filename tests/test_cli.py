@@ -196,6 +196,9 @@ def test_doctor_json_has_native_libraries():
             and "reason" in entry
         )
     assert data["devices"]["cpu"]["available"] is True
+    helpers = data["verifier_libraries"]  # kernelcheck's own: the metrics loop, the keeper
+    assert set(helpers) == {"metrics", "keep_large"}
+    assert all(h["status"] in ("available", "missing", "off") for h in helpers.values())
 
 
 def test_torch_npu_without_cann_leaves_kernelcheck_working(tmp_path):

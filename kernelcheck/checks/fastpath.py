@@ -61,6 +61,19 @@ def available() -> bool:
     return os.environ.get(FORCE_TORCH_ENV, "") in ("", "0") and _load() is not None
 
 
+def status() -> dict:
+    """``dict(status=available|missing|off, path, reason)`` for ``kernelcheck doctor``."""
+    path = library.find_file(FILENAME)
+    if path is None:
+        reason = f"{FILENAME} not built: comparisons take the torch passes (slower)"
+        return {"status": "missing", "path": None, "reason": reason}
+    if _load() is None:
+        return {"status": "missing", "path": str(path), "reason": "cannot be loaded (ABI?)"}
+    if not available():
+        return {"status": "off", "path": str(path), "reason": f"{FORCE_TORCH_ENV} is set"}
+    return {"status": "available", "path": str(path), "reason": None}
+
+
 def _threads() -> int:
     return max(1, torch.get_num_threads())
 

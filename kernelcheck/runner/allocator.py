@@ -58,3 +58,16 @@ def worker_environment() -> dict[str, str]:
     if shim is not None:
         env["LD_PRELOAD"] = os.pathsep.join(filter(None, [str(shim), env.get("LD_PRELOAD")]))
     return env
+
+
+def keeper_status() -> dict:
+    """``dict(status=available|missing|off, path, reason)`` of the large-block keeper."""
+    from kernelcheck.candidates.native.library import find_file
+
+    path = find_file(KEEP_LARGE) if sys.platform.startswith("linux") else None
+    if path is None:
+        why = "not built" if sys.platform.startswith("linux") else "Linux only"
+        return {"status": "missing", "path": None, "reason": f"{KEEP_LARGE} {why}"}
+    if os.environ.get(NO_KEEP_LARGE_ENV, "") not in ("", "0"):
+        return {"status": "off", "path": str(path), "reason": f"{NO_KEEP_LARGE_ENV} is set"}
+    return {"status": "available", "path": str(path), "reason": "preloaded in isolated workers"}
