@@ -125,3 +125,59 @@ def test_parts_are_stored_without_crc_and_the_setting_is_restored(tmp_path):
 
     records = zipfile.ZipFile(store._path("k", "inputs")).infolist()
     assert records and all(r.CRC == 0 for r in records)  # the CRCs were not computed
+
+
+def test_unwritten_tells_a_clean_mapping_from_a_written_one(tmp_path):
+    """A shared part is mapped privately: the first write to a page copies it, and the
+    kernel counts the copy; a plain tensor is never taken for a clean mapping."""
+    import torch
+
+    from kernelcheck.cases.shared import SharedTrials, unwritten
+
+    store = SharedTrials(tmp_path, budget_bytes=1 << 30)
+    store.put("k", "inputs", {"x": torch.randn(512, 1024), "t": torch.arange(512)})
+    got = store.get("k", "inputs")
+    assert float(got["x"].sum()) == float(got["x"].sum())  # read every page: still clean
+    assert unwritten(got.values())
+    got["x"][300, 7] = 1.5  # one element of one page
+    assert not unwritten(got.values()) and unwritten([store.get("k", "inputs")["t"]])
+    assert not unwritten([torch.randn(512, 1024)]) and not unwritten([])
+
+
+def test_a_shared_input_written_by_one_candidate_fails_integrity_and_spoils_nothing(
+    monkeypatch,
+):
+    """Inputs mapped from the shared file are handed over uncopied (forced here at a small
+    size); the copy-on-write count says whether a call wrote them. The honest candidate's
+    calls need no digests at all; the scribbler's write is caught and counted in rows."""
+    from kernelcheck.checks import base
+    from tests.conftest import with_candidate
+
+    monkeypatch.setattr(base, "IN_PLACE_BYTES", 0)
+    settled = []
+    settle = base.Trial._settle
+
+    def spy(self, before, used, phase):
+        settled.append(self.ctx.case.candidate)
+        return settle(self, before, used, phase)
+
+    monkeypatch.setattr(base.Trial, "_settle", spy)
+    catalog = with_candidate(load_catalog(), "scribbler", "broken_logp:scribbles_on_input")
+    checks = ["forward_accuracy", "determinism", "integrity"]
+    report = api.run(
+        catalog,
+        "logp",
+        candidate_names=["torch", "scribbler"],
+        device="cpu",
+        dtype_names="fp32",
+        check_names=checks,
+        check_grad=False,
+        seeds=[0],
+        isolate=False,
+    )
+    res = {(r.candidate, r.check): r for r in report.results}
+    assert all(res[("torch", c)].status == "pass" for c in checks)
+    assert res[("scribbler", "integrity")].status == "fail"
+    assert "changed input 'logits'" in res[("scribbler", "integrity")].message
+    assert res[("scribbler", "forward_accuracy")].status == "pass"  # judged on its inputs
+    assert "torch" not in settled and "scribbler" in settled

@@ -17,7 +17,7 @@ import torch
 from kernelcheck import dtypes, gold
 from kernelcheck.cases.grid import Case, lead_shape
 from kernelcheck.cases.inputs import make_inputs, make_upstream
-from kernelcheck.cases.shared import SharedTrials, trial_key
+from kernelcheck.cases.shared import SharedTrials, trial_key, unwritten
 from kernelcheck.checks.metrics import aliasing_problems, integrity_problems, row_digests
 from kernelcheck.spec.model import OpSpec, Tolerance
 from kernelcheck.timing import PhaseClock
@@ -296,8 +296,12 @@ class Trial:
         its integrity findings are kept.
         """
         in_place = self.ctx.device.type == "cpu" and self.input_bytes >= IN_PLACE_BYTES
+        mapped = False
         if in_place:
-            before = self.input_digests
+            # mapped from the shared file and never written: the kernel's copy-on-write
+            # count tells afterwards whether the call wrote them, no digests needed
+            mapped = unwritten(self.cpu_inputs.values())
+            before = None if mapped else self.input_digests
             dev = dict(self.cpu_inputs)
         else:
             dev = self.ctx.to_device(self.cpu_inputs)
@@ -305,7 +309,8 @@ class Trial:
         try:
             results = call(dev)
         finally:
-            if in_place:
+            if in_place and not (mapped and unwritten(dev.values())):
+                before = self._pristine_digests() if before is None else before
                 changed = self._settle(before, dev, phase or "a call")
         if self.watch and phase:
             if in_place:
@@ -322,6 +327,14 @@ class Trial:
     @cached_property
     def input_digests(self) -> dict[str, torch.Tensor]:
         return {k: row_digests(self.ctx.input_rows(k, v)) for k, v in self.cpu_inputs.items()}
+
+    def _pristine_digests(self) -> dict[str, torch.Tensor]:
+        """Row digests of the inputs as the shared file holds them (a call wrote pages of
+        the mapping: what did it change?)."""
+        pristine = self.ctx.shared.get(self.key, "inputs")
+        if pristine is None:  # cannot happen while the run's folder lives: assume all
+            return {k: ~row_digests(self.ctx.input_rows(k, v)) for k, v in self.cpu_inputs.items()}
+        return {k: row_digests(self.ctx.input_rows(k, v)) for k, v in pristine.items()}
 
     def _settle(self, before: dict, used: dict, phase: str) -> list[str]:
         """Which inputs a call on the trial's own tensors changed; draw those again."""
