@@ -279,7 +279,7 @@ def _mask(
                 spare = torch.zeros_like(mask)
                 spare.scatter_(-1, sel.clamp(0, x.shape[-1] - 1).unsqueeze(-1), valid.unsqueeze(-1))
                 mask &= ~spare
-            chunk[mask] = float("-inf")
+            chunk.masked_fill_(mask, float("-inf"))
 
 
 def make_upstream(shape: tuple[int, ...], dtype: torch.dtype, seed: int, salt: str = ""):
