@@ -13,7 +13,7 @@
  * unmapping it; a later large request of size S takes the kept block when S <= its size <=
  * 1.25 S, else the kept block is unmapped first (so resident memory never exceeds what the
  * live blocks need by more than one freed block). Every other call goes to the C library.
- * Values are never touched: a reused block holds stale bytes, as malloc's memory may.
+ * A reused block is zeroed first, so it reads as the fresh pages glibc's mmap would give.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -35,8 +35,8 @@ typedef struct {
 } block;
 
 static block live[MAX_LIVE]; /* large blocks handed out */
-static int n_live;
-static block kept; /* the one freed large block kept mapped */
+static int n_live;           /* written under the lock, read without it (0: no large block live) */
+static block kept;           /* the one freed large block kept mapped */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int (*real_posix_memalign)(void**, size_t, size_t);
@@ -63,6 +63,7 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
     if (!real_posix_memalign) return ENOMEM;
     return real_posix_memalign(out, alignment, size);
   }
+  if (alignment < sizeof(void*) || (alignment & (alignment - 1))) return EINVAL;
   size_t mapped = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
   pthread_mutex_lock(&lock);
   if (n_live == MAX_LIVE) {
@@ -70,8 +71,10 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
     return real_posix_memalign(out, alignment, size);
   }
   block b = {0, 0};
+  int reused = 0;
   if (kept.addr && kept.size >= mapped && kept.size - mapped <= mapped / 4) {
-    b = kept; /* warm pages: reuse */
+    b = kept; /* warm pages: reuse (zeroed below, outside the lock) */
+    reused = 1;
     kept.addr = 0;
     kept.size = 0;
   } else {
@@ -87,8 +90,12 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
     b.addr = p;
     b.size = mapped;
   }
-  live[n_live++] = b;
+  live[n_live] = b;
+  __atomic_store_n(&n_live, n_live + 1, __ATOMIC_RELEASE); /* read unlocked by free */
   pthread_mutex_unlock(&lock);
+  /* zeroed, as fresh pages are: a kernel that leaves elements unwritten must not find the
+   * last call's results there (a racy backward that skips some would pass determinism) */
+  if (reused) memset(b.addr, 0, size);
   *out = b.addr;
   return 0;
 }
@@ -103,7 +110,8 @@ static int release_large(void* p) {
     return 0;
   }
   block b = live[i];
-  live[i] = live[--n_live];
+  live[i] = live[n_live - 1];
+  __atomic_store_n(&n_live, n_live - 1, __ATOMIC_RELEASE);
   if (!kept.addr) {
     kept = b;
   } else if (b.size > kept.size) {
@@ -133,7 +141,7 @@ static size_t large_size(void* p) {
 
 void* realloc(void* p, size_t size) {
   size_t old = p ? large_size(p) : 0;
-  if (!old) return real_realloc(p, size);
+  if (!old) return real_realloc ? real_realloc(p, size) : 0;
   void* q = malloc(size);
   if (!q) return 0;
   memcpy(q, p, old < size ? old : size);
@@ -143,5 +151,12 @@ void* realloc(void* p, size_t size) {
 
 size_t malloc_usable_size(void* p) {
   size_t size = p ? large_size(p) : 0;
-  return size ? size : real_usable_size(p);
+  return size ? size : (real_usable_size ? real_usable_size(p) : 0);
+}
+
+/* A fork while another thread holds the lock must not leave the child's free() stuck. */
+static void before_fork(void) { pthread_mutex_lock(&lock); }
+static void after_fork(void) { pthread_mutex_unlock(&lock); }
+__attribute__((constructor)) static void fork_safe(void) {
+  pthread_atfork(before_fork, after_fork, after_fork);
 }

@@ -215,9 +215,9 @@ KC_API int kc_metrics_abi_version() { return kAbiVersion; }
 // none), max ULP steps. col_max[cols] is max-merged with each column's max |err| and hist[34]
 // gains the log2 ULP-step counts. Returns 1 (outputs incomplete) when any element of either is
 // NaN/Inf, 2 on bad arguments, else 0.
-KC_API int kc_compare_rows(int dtype, const void* cand, const double* gold, int64_t rows,
-                           int64_t cols, double atol, double rtol, int threads, double* row_out,
-                           int64_t* row_count, double* col_max, int64_t* hist) {
+static int compare_rows_impl(int dtype, const void* cand, const double* gold, int64_t rows,
+                             int64_t cols, double atol, double rtol, int threads, double* row_out,
+                             int64_t* row_count, double* col_max, int64_t* hist) {
   if (!cand || !gold || !row_out || !row_count || !col_max || !hist) return kBadArgs;
   if (rows < 0 || cols < 0 || dtype < kFloat32 || dtype > kFloat16) return kBadArgs;
   if (rows == 0 || cols == 0) return kOk;
@@ -249,8 +249,8 @@ KC_API int kc_compare_rows(int dtype, const void* cand, const double* gold, int6
 // One 32-bit digest per row of [rows, cols] elements of elem_bytes (2, 4 or 8; contiguous):
 // sum(word[i] * weights[i]) mod 2^32 over the row's 32-bit words, as metrics.row_digests
 // takes them (a 2-byte element is one word, sign-extended; an 8-byte one two, low word first).
-KC_API int kc_row_digests(const void* data, int elem_bytes, int64_t rows, int64_t cols,
-                          const int32_t* weights, int threads, int32_t* out) {
+static int row_digests_impl(const void* data, int elem_bytes, int64_t rows, int64_t cols,
+                            const int32_t* weights, int threads, int32_t* out) {
   if (!data || !weights || !out || rows < 0 || cols < 0) return kBadArgs;
   if (elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8) return kBadArgs;
   const int64_t words = elem_bytes == 8 ? 2 * cols : cols;
@@ -269,4 +269,26 @@ KC_API int kc_row_digests(const void* data, int elem_bytes, int64_t rows, int64_
     }
   });
   return kOk;
+}
+
+// The entry points: an exception (a thread or a vector that cannot be had) must never cross
+// the C ABI; it becomes kBadArgs and the caller takes the torch passes.
+KC_API int kc_compare_rows(int dtype, const void* cand, const double* gold, int64_t rows,
+                           int64_t cols, double atol, double rtol, int threads, double* row_out,
+                           int64_t* row_count, double* col_max, int64_t* hist) {
+  try {
+    return compare_rows_impl(dtype, cand, gold, rows, cols, atol, rtol, threads, row_out, row_count,
+                             col_max, hist);
+  } catch (...) {
+    return kBadArgs;
+  }
+}
+
+KC_API int kc_row_digests(const void* data, int elem_bytes, int64_t rows, int64_t cols,
+                          const int32_t* weights, int threads, int32_t* out) {
+  try {
+    return row_digests_impl(data, elem_bytes, rows, cols, weights, threads, out);
+  } catch (...) {
+    return kBadArgs;
+  }
 }

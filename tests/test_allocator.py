@@ -64,8 +64,8 @@ first = a.data_ptr()
 a.fill_(7)
 assert libc.malloc_usable_size(ctypes.c_void_p(first)) >= a.numel()
 del a
-b = torch.zeros(40 << 20, dtype=torch.uint8)  # the same size: the kept block, zeroed by torch
-assert b.data_ptr() == first and int(b.sum()) == 0
+b = torch.empty(40 << 20, dtype=torch.uint8)  # the same size: the kept block, zeroed as
+assert b.data_ptr() == first and int(b.sum()) == 0  # fresh pages are (no stale 7s)
 del b
 c = torch.full((10 << 20,), 3, dtype=torch.int32)  # another size: a block of its own
 assert int(c.sum()) == 3 * (10 << 20)
@@ -73,6 +73,7 @@ p = ctypes.c_void_p()
 assert libc.posix_memalign(ctypes.byref(p), 64, 64 << 20) == 0
 ctypes.memset(p, 5, 64 << 20)
 libc.realloc.restype = ctypes.c_void_p
+assert libc.posix_memalign(ctypes.byref(ctypes.c_void_p()), 24, 64 << 20) == 22  # EINVAL
 q = libc.realloc(p, 80 << 20)
 assert q and ctypes.string_at(q + (64 << 20) - 4, 4) == bytes([5] * 4)
 libc.free(ctypes.c_void_p(q))

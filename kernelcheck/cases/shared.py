@@ -145,9 +145,12 @@ def unwritten(tensors) -> bool:
     :meth:`SharedTrials.get` maps it) of which no page was ever written.
 
     A write to a private file mapping first copies the page, and the kernel counts the
-    copies as the mapping's ``Anonymous`` memory (``/proc/self/smaps``): zero there means
-    every byte is still the file's. False when that cannot be told (a tensor not mapped
-    from a file, no ``/proc``): callers then compare digests.
+    copies as the mapping's ``Anonymous`` memory (``Swap`` once swapped out;
+    ``/proc/self/smaps``): zero in both means every byte is still the file's. False when
+    that cannot be told (a tensor not mapped from a file, no ``/proc``): callers then
+    compare digests. A write through the file itself (another mapping of it, ``pwrite``)
+    is not a copy and is not seen: the run's folder is private, and no kernel under test
+    is given its path.
     """
     spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in tensors]
     if not spans:
@@ -171,5 +174,8 @@ def unwritten(tensors) -> bool:
         elif inside and head[0] == "Anonymous:":
             for i in inside:
                 found[i] = head[1] == "0"
+        elif inside and head[0] == "Swap:":  # a copied page swapped out counts here
+            for i in inside:
+                found[i] = found[i] is True and head[1] == "0"
             inside = []
     return all(v is True for v in found.values())

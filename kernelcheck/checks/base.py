@@ -332,8 +332,8 @@ class Trial:
         """Row digests of the inputs as the shared file holds them (a call wrote pages of
         the mapping: what did it change?)."""
         pristine = self.ctx.shared.get(self.key, "inputs")
-        if pristine is None:  # cannot happen while the run's folder lives: assume all
-            return {k: ~row_digests(self.ctx.input_rows(k, v)) for k, v in self.cpu_inputs.items()}
+        if pristine is None:  # the file is gone (not while the run lives): draw them again
+            pristine = self.ctx.draw(self.seed, self.distribution)
         return {k: row_digests(self.ctx.input_rows(k, v)) for k, v in pristine.items()}
 
     def _settle(self, before: dict, used: dict, phase: str) -> list[str]:

@@ -2,7 +2,7 @@
 
 :mod:`kernelcheck.checks.metrics` states every statistic as torch passes over a row chunk;
 at the Qwen3 shape those passes cost ~13 s per gradient on 2 cores, this library's loop
-about 1 s. It computes the same numbers (``tests/checks/test_fastpath.py`` compares them
+2-4 s in a run. It computes the same numbers (``tests/checks/test_fastpath.py`` compares them
 element for element, planted bad values, bf16/fp16 rounding ties and subnormals included)
 and is used only where it applies: both tensors on the CPU, contiguous rows, a chunk large
 enough to matter, every element finite. Anywhere else (no library built, a GPU gold, a

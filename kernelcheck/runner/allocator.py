@@ -43,11 +43,12 @@ def worker_environment() -> dict[str, str]:
     """The environment of an isolated worker: this one, with ``libkc_keep_large`` preloaded
     (Linux, when built; ``KERNELCHECK_NO_KEEP_LARGE=1`` leaves it out).
 
-    The shim (``allocator_cpu/keep_large.c``) keeps the last freed block of 256 MB or more
-    mapped for the next one of about its size: a Qwen3 trial's gradient (2.5 GB in fp32)
-    is allocated by every backward call, and on a VM that hands freed memory back to its
-    host, touching fresh memory costs 1-5 s per GB; the kept block's pages are warm.
-    Values never change, only where the memory comes from.
+    The shim (``allocator_cpu/keep_large.c``) keeps the last freed block of 32 MB or more
+    mapped (and zeroes it) for the next one of about its size: a Qwen3 trial's gradient
+    (2.5 GB in fp32) is allocated by every backward call, and on a VM that hands freed
+    memory back to its host, touching fresh memory costs 1-5 s per GB; the kept block's
+    pages are warm.
+    A reused block reads as zeroed fresh pages do: only where the memory comes from changes.
     """
     env = dict(os.environ)
     if not sys.platform.startswith("linux") or env.get(NO_KEEP_LARGE_ENV, "") not in ("", "0"):
