@@ -196,11 +196,17 @@ int64_t thread_count(int64_t rows, int64_t cols, int threads) {
                             std::max<int64_t>(1, rows * cols / 65536)});
 }
 
-// Rows [k*rows/nt, (k+1)*rows/nt) to thread k; fn(k, r0, r1) for each, joined before returning.
+// Rows [k*rows/nt, (k+1)*rows/nt) to thread k; fn(k, r0, r1) for each, joined before returning
+// (also when starting a thread fails: the started ones are joined, then the error goes on).
 template <typename Fn>
 void over_rows(int64_t rows, int64_t nt, Fn fn) {
   std::vector<std::thread> pool;
-  for (int64_t k = 1; k < nt; ++k) pool.emplace_back(fn, k, k * rows / nt, (k + 1) * rows / nt);
+  try {
+    for (int64_t k = 1; k < nt; ++k) pool.emplace_back(fn, k, k * rows / nt, (k + 1) * rows / nt);
+  } catch (...) {
+    for (auto& t : pool) t.join();
+    throw;
+  }
   fn(0, 0, rows / nt);
   for (auto& t : pool) t.join();
 }
@@ -227,15 +233,17 @@ static int compare_rows_impl(int dtype, const void* cand, const double* gold, in
   std::vector<double> cols_of((nt - 1) * cols, 0.0);
   std::vector<int64_t> hist_of((nt - 1) * kBuckets, 0);
   std::vector<char> ok(nt, 1);
+  auto* compare = dtype == kFloat32    ? &compare_rows<kFloat32>
+                  : dtype == kBFloat16 ? &compare_rows<kBFloat16>
+                                       : &compare_rows<kFloat16>;
   over_rows(rows, nt, [&](int64_t k, int64_t r0, int64_t r1) {
     double* cm = k ? cols_of.data() + (k - 1) * cols : col_max;
     int64_t* h = k ? hist_of.data() + (k - 1) * kBuckets : hist;
-    ok[k] = dtype == kFloat32    ? compare_rows<kFloat32>(cand, gold, r0, r1, cols, atol, rtol,
-                                                          row_out, row_count, cm, h)
-            : dtype == kBFloat16 ? compare_rows<kBFloat16>(cand, gold, r0, r1, cols, atol, rtol,
-                                                           row_out, row_count, cm, h)
-                                 : compare_rows<kFloat16>(cand, gold, r0, r1, cols, atol, rtol,
-                                                          row_out, row_count, cm, h);
+    try {  // nothing may leave a thread: it would end the process
+      ok[k] = compare(cand, gold, r0, r1, cols, atol, rtol, row_out, row_count, cm, h);
+    } catch (...) {
+      ok[k] = 0;  // reported as incomplete: the caller takes the torch passes
+    }
   });
   for (int64_t k = 1; k < nt; ++k) {
     if (!ok[k]) return kNonFinite;

@@ -19,14 +19,13 @@ kernelcheck's ``forward_invariance`` and ``backward_invariance`` catch both
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
 
 SUM_CHUNK = 1024
 FLUSH_BELOW = -87.0  # exp(-87) = 1.6e-38, above fp32's smallest normal (1.2e-38)
-# exp(-87) * (1 + 4e-6): above exp(-87) by more than exp's error, below exp(-87 + 7.6e-6)
-FLUSH_RESULT = math.exp(FLUSH_BELOW) * (1 + 4e-6)
 LANES = 64  # a multiple of every SIMD width torch uses
 CHUNK_ELEMENTS = 32768  # torch's parallel grain: a chunk this size runs on one thread
 
@@ -65,19 +64,30 @@ def fixed_lanes(fn, g: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def exp_flushed_(x: torch.Tensor) -> torch.Tensor:
-    """``x.exp_()`` with the results of arguments at or below -87 flushed to +0.
+@functools.cache
+def _flushed_at_most(dtype: torch.dtype, below: float) -> float:
+    """exp(below) raised by half the relative step to exp of the next argument up in
+    ``dtype``: above exp(below) by far more than exp's error (a few ulps), below exp of
+    every argument greater than ``below``."""
+    b = torch.tensor(below, dtype=dtype)
+    step = float(torch.nextafter(b, torch.zeros_like(b)) - b)
+    return math.exp(below) * (1 + step / 2)
+
+
+def exp_flushed_(x: torch.Tensor, below: float = FLUSH_BELOW) -> torch.Tensor:
+    """``x.exp_()`` with the results of arguments at or below ``below`` flushed to +0.
 
     Subnormal and underflowing results of ``exp`` take a slow path here (measured: 0.2 ms
     for 1M arguments at -80, 15.6 ms at -95, 6.4 ms at -128). A softmax term under 2e-38
     cannot change an fp32 sum that holds the row max's term (exactly 1), so flushing it
     keeps the log-sum; a gradient element there becomes 0 instead of a subnormal. Three
-    passes and no mask: arguments are clamped to -87 (exp of the clamped ones is then
-    exp(-87) = 1.65e-38, a normal number), and results at most ``FLUSH_RESULT`` (just above
-    exp(-87), below exp of the next fp32 argument up) become 0; NaN stays NaN. Per
-    element, so a row's bits never depend on its batch.
+    passes and no mask: arguments are clamped to ``below`` (exp of the clamped ones is
+    then exp(below), a normal number: 1.65e-38 at the default -87), and results no larger
+    than just above it become 0; NaN stays NaN. Per element, so a row's bits never depend
+    on its batch. (logp's float64 gold floors its softmax the same way, at -600.)
     """
-    return torch.nn.functional.threshold_(x.clamp_(min=FLUSH_BELOW).exp_(), FLUSH_RESULT, 0.0)
+    at_most = _flushed_at_most(x.dtype, below)
+    return torch.nn.functional.threshold_(x.clamp_(min=below).exp_(), at_most, 0.0)
 
 
 def exp_for(dtype: torch.dtype):

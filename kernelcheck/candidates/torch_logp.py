@@ -74,6 +74,7 @@ class _Logp(torch.autograd.Function):
             g = g / temperature  # d/dx of f((x - max) / T)
         coef = torch.where(valid, g, torch.zeros_like(g))
         grad = torch.empty_like(x2)
+        exp_ = exp_for(x2.dtype)
         buf = torch.empty(0, dtype=torch.float32, device=x2.device)
         for sl in _row_chunks(x2.shape[0], x2.shape[1]):
             # d logp / d x = onehot(target) - softmax(x), zero on out-of-range rows
@@ -85,7 +86,7 @@ class _Logp(torch.autograd.Function):
             torch.sub(x, row_max[sl, None], out=p)
             if temperature != 1.0:
                 p.div_(temperature)
-            exp_for(x.dtype)(p.sub_(log_sum[sl, None])).mul_(-coef[sl, None])
+            exp_(p.sub_(log_sum[sl, None])).mul_(-coef[sl, None])
             p.scatter_add_(-1, safe[sl].unsqueeze(-1), coef[sl].unsqueeze(-1))
             if x.dtype != torch.float32:
                 grad[sl].copy_(p)

@@ -34,7 +34,7 @@ def _load():
     global _lib
     if _lib is _NOT_LOADED:
         _lib = None
-        path = library.find_file(FILENAME)
+        path = library.find_named(FILENAME)[0]
         if path is not None:
             try:
                 lib = ctypes.CDLL(str(path))
@@ -63,7 +63,7 @@ def available() -> bool:
 
 def status() -> dict:
     """``dict(status=available|missing|off, path, reason)`` for ``kernelcheck doctor``."""
-    path = library.find_file(FILENAME)
+    path = library.find_named(FILENAME)[0]
     if path is None:
         reason = f"{FILENAME} not built: comparisons take the torch passes (slower)"
         return {"status": "missing", "path": None, "reason": reason}

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from kernelcheck.candidates.honest import exp_for
+from kernelcheck.candidates.honest import exp_flushed_, exp_for
 
 
 def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -48,8 +46,6 @@ def gold(
 # subnormal range (and of -inf) takes a slow path, 10-25x slower. Clamping there keeps
 # the gold's value; only its speed changes.
 EXP_FLOOR = -600.0
-# above exp(-600) by far more than exp's error, below exp of the next float64 up (1e-13 more)
-EXP_FLOOR_ZERO = math.exp(EXP_FLOOR) * (1 + 1e-14)
 
 
 def _logsumexp(x: torch.Tensor) -> torch.Tensor:
@@ -99,9 +95,7 @@ def gold_backward(
     valid = _valid(target, logits.shape[-1], mask)
     coef = torch.where(valid, g, torch.zeros_like(g))
     shifted = logits - logits.amax(dim=-1, keepdim=True)
-    # softmax at or below e^-600 (1e-260; exactly 0 at -inf) is 0: clamped arguments all
-    # give exp(EXP_FLOOR), and the threshold, just above it, zeroes those (no mask pass)
-    grad = torch.nn.functional.threshold_(shifted.clamp_(min=EXP_FLOOR).exp_(), EXP_FLOOR_ZERO, 0.0)
+    grad = exp_flushed_(shifted, below=EXP_FLOOR)  # softmax at or below e^-600 (1e-260): 0
     grad.mul_((-coef / grad.sum(dim=-1)).unsqueeze(-1))
     safe = torch.where(valid, target, torch.zeros_like(target))
     grad.scatter_add_(-1, safe.unsqueeze(-1), coef.unsqueeze(-1))

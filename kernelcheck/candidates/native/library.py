@@ -78,13 +78,9 @@ def find_library(backend: str) -> tuple[Path | None, list[str]]:
     return find_named(library_filename(backend))
 
 
-def find_file(name: str) -> Path | None:
-    """A native library of this package (a kernel's or kernelcheck's own) by file name."""
-    return find_named(name)[0]
-
-
 def find_named(name: str) -> tuple[Path | None, list[str]]:
-    """``(path or None, places looked)`` for the library file ``name``, in the search order."""
+    """``(path or None, places looked)`` for the library file ``name`` (a kernel's or
+    kernelcheck's own), in the search order."""
     looked: list[str] = []
     for d in search_dirs():
         looked.append(str(d))
