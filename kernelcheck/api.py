@@ -335,6 +335,7 @@ def doctor() -> dict:
     from kernelcheck.candidates import ascend
     from kernelcheck.candidates.native.library import library_status
     from kernelcheck.checks import fastpath
+    from kernelcheck.runner.allocator import keeper_status
 
     devs = {}
     for name, st in devices.all_status().items():
@@ -349,7 +350,10 @@ def doctor() -> dict:
             "cuda": library_status("cuda"),
             "ascend": ascend.library_status(),
         },
-        "verifier_libraries": {"metrics": fastpath.status()},  # kernelcheck's own, never judged
+        "verifier_libraries": {  # kernelcheck's own native helpers (never judged)
+            "metrics": fastpath.status(),
+            "keep_large": keeper_status(),
+        },
         "npu_stack": {
             "torch_npu": devices.import_torch_npu() or "importable",
             "cann_home": str(home),

@@ -51,3 +51,68 @@ def test_the_command_and_its_workers_tune_it_and_the_library_does_not():
     assert "keep_chunks_in_heap()" in inspect.getsource(cli.entry)
     assert "keep_chunks_in_heap()" in inspect.getsource(worker.main)
     assert "keep_chunks_in_heap" not in inspect.getsource(api)
+
+
+# The large-block keeper (allocator_cpu/keep_large.c), preloaded in a fresh interpreter: a
+# freed GB-sized block serves the next request of about its size, values are the caller's,
+# and realloc / malloc_usable_size of its blocks behave as the C library's.
+_KEEP_SCRIPT = """
+import ctypes, torch
+libc = ctypes.CDLL(None)
+a = torch.empty(40 << 20, dtype=torch.uint8)  # above the keeper's 32 MB
+first = a.data_ptr()
+a.fill_(7)
+assert libc.malloc_usable_size(ctypes.c_void_p(first)) >= a.numel()
+del a
+b = torch.empty(40 << 20, dtype=torch.uint8)  # the same size: the kept block, zeroed as
+assert b.data_ptr() == first and int(b.sum()) == 0  # fresh pages are (no stale 7s)
+del b
+c = torch.full((10 << 20,), 3, dtype=torch.int32)  # another size: a block of its own
+assert int(c.sum()) == 3 * (10 << 20)
+p = ctypes.c_void_p()
+assert libc.posix_memalign(ctypes.byref(p), 64, 64 << 20) == 0
+ctypes.memset(p, 5, 64 << 20)
+libc.realloc.restype = ctypes.c_void_p
+assert libc.posix_memalign(ctypes.byref(ctypes.c_void_p()), 24, 64 << 20) == 22  # EINVAL
+q = libc.realloc(p, 80 << 20)
+assert q and ctypes.string_at(q + (64 << 20) - 4, 4) == bytes([5] * 4)
+libc.free(ctypes.c_void_p(q))
+small = torch.ones(1000)  # below the threshold: the C library's own
+assert float(small.sum()) == 1000.0
+print("ok", first == c.data_ptr())
+"""
+
+
+def _keeper():
+    from kernelcheck.candidates.native.library import find_named
+    from kernelcheck.runner.allocator import KEEP_LARGE
+
+    return find_named(KEEP_LARGE)[0]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="an LD_PRELOAD shim: Linux only")
+def test_the_large_block_keeper_reuses_a_freed_block_and_keeps_values():
+    shim = _keeper()
+    if shim is None:
+        pytest.skip("libkc_keep_large.so is not built (pip install -e . builds it)")
+    env = {**__import__("os").environ, "LD_PRELOAD": str(shim)}
+    out = subprocess.run(
+        [sys.executable, "-c", _KEEP_SCRIPT], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[0] == "ok"
+
+
+def test_workers_get_the_keeper_preloaded_unless_told_not_to(monkeypatch):
+    from kernelcheck.runner.allocator import NO_KEEP_LARGE_ENV, worker_environment
+
+    shim = _keeper()
+    monkeypatch.setenv("LD_PRELOAD", "/some/other.so")
+    monkeypatch.delenv(NO_KEEP_LARGE_ENV, raising=False)
+    env = worker_environment()
+    if shim is None or not sys.platform.startswith("linux"):
+        assert env["LD_PRELOAD"] == "/some/other.so"
+    else:
+        assert env["LD_PRELOAD"] == f"{shim}:/some/other.so"
+    monkeypatch.setenv(NO_KEEP_LARGE_ENV, "1")
+    assert worker_environment()["LD_PRELOAD"] == "/some/other.so"

@@ -13,6 +13,7 @@ NATIVE = [
     *REPO.glob("include/*.h"),
     *REPO.glob("kernels_cpu/*.cpp"),
     *REPO.glob("metrics_cpu/*.cpp"),
+    *REPO.glob("allocator_cpu/*.c"),
     *REPO.glob("kernels_cuda/*.cu"),
     *REPO.glob("kernels_ascend/*.asc"),
     *REPO.glob("kernels_ascend/*.cpp"),

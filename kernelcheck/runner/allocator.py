@@ -1,6 +1,7 @@
-"""Keep chunk-sized temporaries in the heap: a process setting for kernelcheck's own
-processes (the command and its isolated workers), never made by the library API.
+"""Process memory settings for kernelcheck's own processes (the command and its isolated
+workers), never made by the library API.
 
+Keep chunk-sized temporaries in the heap (:func:`keep_chunks_in_heap`):
 The gold, the metrics and the ``torch`` candidate work in row chunks of a few MB, and
 every torch op allocates its result. glibc serves allocations from 128 KiB up (its
 threshold adapts, but trimming hands the memory back) with fresh ``mmap`` pages, so
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import sys
 
 MMAP_BYTES = 32 << 20  # allocations below this come from the heap
 TRIM_BYTES = 128 << 20  # freed heap above this much is returned to the system
@@ -30,3 +33,42 @@ def keep_chunks_in_heap() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_BYTES)) and bool(
         mallopt(_M_TRIM_THRESHOLD, TRIM_BYTES)
     )
+
+
+KEEP_LARGE = "libkc_keep_large.so"
+NO_KEEP_LARGE_ENV = "KERNELCHECK_NO_KEEP_LARGE"
+
+
+def worker_environment() -> dict[str, str]:
+    """The environment of an isolated worker: this one, with ``libkc_keep_large`` preloaded
+    (Linux, when built; ``KERNELCHECK_NO_KEEP_LARGE=1`` leaves it out).
+
+    The shim (``allocator_cpu/keep_large.c``) keeps the last freed block of 32 MB or more
+    mapped (and zeroes it) for the next one of about its size: a Qwen3 trial's gradient
+    (2.5 GB in fp32) is allocated by every backward call, and on a VM that hands freed
+    memory back to its host, touching fresh memory costs 1-5 s per GB; the kept block's
+    pages are warm.
+    A reused block reads as zeroed fresh pages do: only where the memory comes from changes.
+    """
+    env = dict(os.environ)
+    if not sys.platform.startswith("linux") or env.get(NO_KEEP_LARGE_ENV, "") not in ("", "0"):
+        return env
+    from kernelcheck.candidates.native.library import find_named
+
+    shim = find_named(KEEP_LARGE)[0]
+    if shim is not None:
+        env["LD_PRELOAD"] = os.pathsep.join(filter(None, [str(shim), env.get("LD_PRELOAD")]))
+    return env
+
+
+def keeper_status() -> dict:
+    """``dict(status=available|missing|off, path, reason)`` of the large-block keeper."""
+    from kernelcheck.candidates.native.library import find_named
+
+    path = find_named(KEEP_LARGE)[0] if sys.platform.startswith("linux") else None
+    if path is None:
+        why = "not built" if sys.platform.startswith("linux") else "Linux only"
+        return {"status": "missing", "path": None, "reason": f"{KEEP_LARGE} {why}"}
+    if os.environ.get(NO_KEEP_LARGE_ENV, "") not in ("", "0"):
+        return {"status": "off", "path": str(path), "reason": f"{NO_KEEP_LARGE_ENV} is set"}
+    return {"status": "available", "path": str(path), "reason": "preloaded in isolated workers"}

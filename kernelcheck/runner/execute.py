@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from kernelcheck.cases.grid import Case
 from kernelcheck.checks.base import Outcome
 from kernelcheck.results import CheckResult
+from kernelcheck.runner.allocator import worker_environment
 from kernelcheck.runner.case import RunOptions, make_result, run_case
 from kernelcheck.runner.worker import Channel
 from kernelcheck.spec.model import OpSpec
@@ -126,6 +127,7 @@ class IsolatedWorker:
     def _start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kernelcheck.runner.worker"],
+            env=worker_environment(),  # with the large-block keeper preloaded
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # a terminal's Ctrl-C reaches the parent only

@@ -1,0 +1,162 @@
+/* keep_large.c - LD_PRELOAD shim for kernelcheck's isolated workers: the last large freed
+ * block stays mapped and serves the next large allocation of about its size.
+ *
+ * Why: a Qwen3-sized trial allocates a GB-sized gradient on every backward call (the trial's,
+ * then each determinism repeat's). glibc serves such blocks with fresh mmap pages and unmaps
+ * them on free; on a VM that reports freed guest memory to its host (Linux free page
+ * reporting), touching that memory again costs 1-5 s per GB in page clearing (measured here:
+ * 25% of a Qwen3 run's CPU time in clear_page_erms). Keeping one freed block mapped lets the
+ * next gradient reuse warm pages instead.
+ *
+ * What it does: posix_memalign of LARGE bytes or more (torch's CPU allocator uses it) is
+ * served by mmap; free of such a block keeps it (one block at most, the larger one) instead of
+ * unmapping it; a later large request of size S takes the kept block when S <= its size <=
+ * 1.25 S, else the kept block is unmapped first (so resident memory never exceeds what the
+ * live blocks need by more than one freed block). Every other call goes to the C library.
+ * A reused block is zeroed first, so it reads as the fresh pages glibc's mmap would give.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define LARGE ((size_t)32 << 20) /* glibc mmaps from 32 MB up anyway (its largest threshold) */
+#define MAX_LIVE 64
+#define HUGE_PAGE ((size_t)2 << 20)
+
+typedef struct {
+  void* addr;
+  size_t size; /* mapped bytes */
+} block;
+
+static block live[MAX_LIVE]; /* large blocks handed out */
+static int n_live;           /* written under the lock, read without it (0: no large block live) */
+static block kept;           /* the one freed large block kept mapped */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int (*real_posix_memalign)(void**, size_t, size_t);
+static void (*real_free)(void*);
+static void* (*real_realloc)(void*, size_t);
+static size_t (*real_usable_size)(void*);
+
+__attribute__((constructor)) static void resolve(void) {
+  real_posix_memalign = (int (*)(void**, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
+  real_free = (void (*)(void*))dlsym(RTLD_NEXT, "free");
+  real_realloc = (void* (*)(void*, size_t))dlsym(RTLD_NEXT, "realloc");
+  real_usable_size = (size_t (*)(void*))dlsym(RTLD_NEXT, "malloc_usable_size");
+}
+
+/* The index of p among the live large blocks, or -1 (call with the lock held). */
+static int find_live(const void* p) {
+  for (int i = 0; i < n_live; ++i)
+    if (live[i].addr == p) return i;
+  return -1;
+}
+
+int posix_memalign(void** out, size_t alignment, size_t size) {
+  if (size < LARGE || alignment > 4096 || !real_posix_memalign) {
+    if (!real_posix_memalign) return ENOMEM;
+    return real_posix_memalign(out, alignment, size);
+  }
+  if (alignment < sizeof(void*) || (alignment & (alignment - 1))) return EINVAL;
+  size_t mapped = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+  pthread_mutex_lock(&lock);
+  if (n_live == MAX_LIVE) {
+    pthread_mutex_unlock(&lock);
+    return real_posix_memalign(out, alignment, size);
+  }
+  block b = {0, 0};
+  int reused = 0;
+  if (kept.addr && kept.size >= mapped && kept.size - mapped <= mapped / 4) {
+    b = kept; /* warm pages: reuse (zeroed below, outside the lock) */
+    reused = 1;
+    kept.addr = 0;
+    kept.size = 0;
+  } else {
+    if (kept.addr) munmap(kept.addr, kept.size); /* never hold an unusable block */
+    kept.addr = 0;
+    kept.size = 0;
+    void* p = mmap(0, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      pthread_mutex_unlock(&lock);
+      return ENOMEM;
+    }
+    madvise(p, mapped, MADV_HUGEPAGE);
+    b.addr = p;
+    b.size = mapped;
+  }
+  live[n_live] = b;
+  __atomic_store_n(&n_live, n_live + 1, __ATOMIC_RELEASE); /* read unlocked by free */
+  pthread_mutex_unlock(&lock);
+  /* zeroed, as fresh pages are: a kernel that leaves elements unwritten must not find the
+   * last call's results there (a racy backward that skips some would pass determinism) */
+  if (reused) memset(b.addr, 0, size);
+  *out = b.addr;
+  return 0;
+}
+
+/* Take p out of the live list and keep or unmap it; 0 when p is not a large block. */
+static int release_large(void* p) {
+  if (!__atomic_load_n(&n_live, __ATOMIC_ACQUIRE)) return 0;
+  pthread_mutex_lock(&lock);
+  int i = find_live(p);
+  if (i < 0) {
+    pthread_mutex_unlock(&lock);
+    return 0;
+  }
+  block b = live[i];
+  live[i] = live[n_live - 1];
+  __atomic_store_n(&n_live, n_live - 1, __ATOMIC_RELEASE);
+  if (!kept.addr) {
+    kept = b;
+  } else if (b.size > kept.size) {
+    munmap(kept.addr, kept.size);
+    kept = b;
+  } else {
+    munmap(b.addr, b.size);
+  }
+  pthread_mutex_unlock(&lock);
+  return 1;
+}
+
+void free(void* p) {
+  if (!p || release_large(p)) return;
+  if (real_free) real_free(p); /* (NULL only while the constructor runs: leak, never crash) */
+}
+
+static size_t large_size(void* p) {
+  size_t size = 0;
+  if (!__atomic_load_n(&n_live, __ATOMIC_ACQUIRE)) return 0;
+  pthread_mutex_lock(&lock);
+  int i = find_live(p);
+  if (i >= 0) size = live[i].size;
+  pthread_mutex_unlock(&lock);
+  return size;
+}
+
+void* realloc(void* p, size_t size) {
+  size_t old = p ? large_size(p) : 0;
+  if (!old) return real_realloc ? real_realloc(p, size) : 0;
+  void* q = malloc(size);
+  if (!q) return 0;
+  memcpy(q, p, old < size ? old : size);
+  free(p);
+  return q;
+}
+
+size_t malloc_usable_size(void* p) {
+  size_t size = p ? large_size(p) : 0;
+  return size ? size : (real_usable_size ? real_usable_size(p) : 0);
+}
+
+/* A fork while another thread holds the lock must not leave the child's free() stuck. */
+static void before_fork(void) { pthread_mutex_lock(&lock); }
+static void after_fork(void) { pthread_mutex_unlock(&lock); }
+__attribute__((constructor)) static void fork_safe(void) {
+  pthread_atfork(before_fork, after_fork, after_fork);
+}
