@@ -5,7 +5,6 @@ The CLI, the tests and the pytest plugin all call these functions; nothing here 
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -22,6 +21,7 @@ from kernelcheck.errors import Interrupted, SpecError, UsageError
 from kernelcheck.results import CheckResult, Report, environment
 from kernelcheck.runner.case import RunOptions
 from kernelcheck.runner.execute import Executor
+from kernelcheck.runner.schedule import Schedule, concurrency, group_of
 from kernelcheck.spec.imports import ImportPathError, resolve
 from kernelcheck.spec.load import DEVICE_ALIASES, Catalog, load_catalog, resolve_shape
 from kernelcheck.spec.model import OpSpec
@@ -249,36 +249,36 @@ def execute(
         report.extra["shard"] = f"{plan.shard[0]}/{plan.shard[1]}"
     report.not_run = [c.id for c in plan.cases]
     executor = Executor(plan.isolate, plan.timeout_s)
-    groups = Counter((c.dtype, c.shape, c.attrs) for c in plan.cases)
+    groups = Counter(group_of(c) for c in plan.cases)
     folder = shared.make_run_folder() if max(groups.values(), default=0) > 1 else None
     budget = shared.budget_for(folder) if folder is not None else 0
-    group, left = None, 0
+    jobs = concurrency(plan.op, plan.cases, plan.isolate)
+    schedule = Schedule(executor, plan.op, plan.cases, plan.options, folder, budget, jobs)
+    if on_case:
+        schedule.on_start = lambda i: on_case(plan.cases[i], i, len(plan.cases))
+    mine: list[CheckResult] = []
+
+    def take(res: CheckResult) -> None:
+        report.results.append(res)
+        mine.append(res)
+        if on_result:
+            on_result(res, report)
+
     try:
-        for i, case in enumerate(plan.cases):
-            if on_case:
-                on_case(case, i, len(plan.cases))
-            if (case.dtype, case.shape, case.attrs) != group:  # a new group: new trials
-                shared.forget(folder)
-                group = (case.dtype, case.shape, case.attrs)
-                left = groups[group]
-            left -= 1
-            # share only between candidates of one group; the last one only reads
-            options = plan.options
-            if folder is not None and groups[group] > 1:
-                store = budget if left else 0
-                options = dataclasses.replace(options, shared_dir=str(folder), shared_budget=store)
-            mine = []
-            for res in executor.run(plan.op, case, options):
-                report.results.append(res)
-                mine.append(res)
-                if on_result:
-                    on_result(res, report)
+        for i, case, res in schedule.run():
+            if res is not None:
+                take(res)
+                continue
             report.not_run.remove(case.id)
             if on_case_done:
                 on_case_done(case, mine, i, len(plan.cases))
+            mine = []
     except Interrupted as exc:
         report.interrupted = exc.signame
+        for _, _, res in schedule.held():  # obtained beside a case still running
+            take(res)
     finally:
+        schedule.stop()
         executor.close()
         shared.remove(folder)
         report.finished = time.time()

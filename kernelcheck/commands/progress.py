@@ -33,7 +33,7 @@ class CaseTicker:
         self.total = total
         self.console = console
         self.t0 = time.perf_counter()
-        self.case_t0 = self.t0
+        self.started: dict[int, float] = {}  # case index -> start (cases may run side by side)
         self.index = 0
         self.checks = 1
         self.seen = 0
@@ -47,7 +47,7 @@ class CaseTicker:
 
     def start(self, case, i: int, n: int) -> None:
         self.index, self.checks, self.seen = i, max(1, len(case.checks)), 0
-        self.case_t0 = time.perf_counter()
+        self.started[i] = time.perf_counter()
         if self.bar:
             self.bar.update(self.task, completed=i, description=case.id)
 
@@ -60,11 +60,12 @@ class CaseTicker:
         if self.bar:
             return
         now = time.perf_counter()
+        case_t0 = self.started.pop(i, now)
         counts = Counter(r.status for r in results)
         said = ", ".join(f"{v} {k}" for k, v in counts.items())
         eta = (now - self.t0) / (i + 1) * (n - i - 1)
         self.console.print(
-            f"[{i + 1}/{n}] {case.id}: {said} ({now - self.case_t0:.1f} s), eta {fmt_eta(eta)}",
+            f"[{i + 1}/{n}] {case.id}: {said} ({now - case_t0:.1f} s), eta {fmt_eta(eta)}",
             highlight=False,
             soft_wrap=True,
         )

@@ -257,6 +257,7 @@ class Executor:
         self.timeout_s = timeout_s
         self.workers: dict[str, IsolatedWorker] = {}
         self.phase_seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+        self._lock = threading.Lock()
 
     def run(self, op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResult]:
         timeout = self.timeout_s if self.timeout_s is not None else case_timeout(op, case)
@@ -266,12 +267,19 @@ class Executor:
         else:
             attempt = attempt_in_process
         pending = list(case.checks)
+        phases: dict[str, float] = {}  # this case's, folded in at its end (cases may run
+        try:  # side by side, each in a thread of its own)
+            yield from self._attempts(op, case, options, attempt, timeout, pending, phases)
+        finally:
+            with self._lock:
+                add_phases(self.phase_seconds, phases)
+
+    def _attempts(self, op, case, options, attempt, timeout, pending, phases):
+        """Attempts until every check of ``pending`` has a result (see the class)."""
         faults = 0
         while pending:
             sub = replace(case, checks=tuple(pending))
-            fault = yield from _pass_on(
-                attempt(op, sub, options, timeout, self.phase_seconds), pending
-            )
+            fault = yield from _pass_on(attempt(op, sub, options, timeout, phases), pending)
             if fault is None:
                 break
             if fault.check not in pending:  # outside any check: every check left shares it

@@ -1,0 +1,233 @@
+"""Run a plan's cases one by one, or side by side where that changes nothing but time.
+
+The candidates of one group (dtype, shape, attributes) share the group's trials
+(``cases/shared.py``): the first case of the group to run computes and stores them,
+the next ones read them. Isolated candidates each own a worker process, so their cases
+can run at the same time, one per worker:
+
+- a case starts only while no other case of its group runs, so every trial part is
+  computed once, by whichever candidate comes first (each worker takes its first case
+  whose group is free: the streams leapfrog instead of waiting on each other);
+- a large case (more than ``CONCURRENT_ELEMENTS``) runs alone, after every case before
+  it: two Qwen3 trials side by side would double the memory for no gain on a machine
+  whose cores one such case already keeps busy;
+- results come out in plan order, each case's once every earlier case is out, so the
+  report is the one a sequential run writes, timings aside.
+
+Small cases spend most of their time in Python between short kernel calls (the
+invariance checks make some 700 calls per case), so two workers side by side use a
+core that one leaves idle. In process (``--no-isolate``) cases run one by one: a
+per-case timeout is a SIGALRM, which only the main thread gets.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from kernelcheck.cases import shared
+from kernelcheck.cases.grid import Case
+from kernelcheck.results import CheckResult
+from kernelcheck.runner.case import RunOptions
+from kernelcheck.runner.execute import Executor, wants_isolation
+from kernelcheck.spec.model import OpSpec
+
+CONCURRENT_ELEMENTS = 1 << 24  # cases up to this many elements (64 MiB of fp32) run side by side
+
+
+def group_of(case: Case) -> tuple:
+    """The cases that share trials: one (dtype, shape, attributes)."""
+    return (case.dtype, case.shape, case.attrs)
+
+
+def concurrency(op: OpSpec, cases: list[Case], isolate: bool | None) -> int:
+    """How many cases may run at once: one per isolated candidate, at most one per core;
+    1 when any case runs in process."""
+    if not cases or not all(wants_isolation(op, c, isolate) for c in cases):
+        return 1
+    return max(1, min(len({c.candidate for c in cases}), os.cpu_count() or 1))
+
+
+@dataclass
+class Event:
+    index: int
+    kind: str  # result | done | error
+    payload: object = None
+
+
+@dataclass
+class _Slot:
+    """One case's results while earlier cases are still out."""
+
+    results: list[CheckResult] = field(default_factory=list)
+    done: bool = False
+
+
+class Schedule:
+    """The plan's cases with their shared-trial options; :meth:`run` yields
+    ``(index, case, result or None)`` in plan order, ``None`` closing a case."""
+
+    def __init__(
+        self,
+        executor: Executor,
+        op: OpSpec,
+        cases: list[Case],
+        options: RunOptions,
+        folder: Path | None,
+        budget: int,
+        jobs: int = 1,
+    ):
+        self.executor, self.op, self.cases, self.options = executor, op, cases, options
+        self.folder, self.jobs = folder, max(1, jobs)
+        self.budget = budget // self.jobs  # each running group within its share
+        sizes = Counter(group_of(c) for c in cases)
+        self.sharing = {g for g, n in sizes.items() if n > 1} if folder is not None else set()
+        self.last = {group_of(c): i for i, c in enumerate(cases)}  # a group's last case
+        self.keys = {g: k for k, g in enumerate(dict.fromkeys(group_of(c) for c in cases))}
+        self.on_start: Callable[[int], None] = lambda i: None
+        self.candidates = len({c.candidate for c in cases})
+        self.head = 0  # side by side: the first case not yet wholly given out
+        self.slots: dict[int, _Slot] = {}
+        self._stop = threading.Event()
+
+    def options_for(self, i: int, others_done: bool | None = None) -> RunOptions:
+        """Share trials within the group; the group's last case to run only reads."""
+        g = group_of(self.cases[i])
+        if g not in self.sharing:
+            return self.options
+        path = self.folder / f"group-{self.keys[g]}"
+        path.mkdir(exist_ok=True)
+        last = self.last[g] == i if others_done is None else others_done
+        return replace(self.options, shared_dir=str(path), shared_budget=0 if last else self.budget)
+
+    def forget(self, g: tuple) -> None:
+        """Drop a group's stored trials (its last case is done)."""
+        if g in self.sharing:
+            shared.remove(self.folder / f"group-{self.keys[g]}")
+
+    def run(self) -> Iterator[tuple[int, Case, CheckResult | None]]:
+        if self.jobs == 1:
+            yield from self._sequential()
+        else:
+            yield from self._concurrent()
+
+    def _sequential(self):
+        for i, case in enumerate(self.cases):
+            self.on_start(i)
+            for res in self.executor.run(self.op, case, self.options_for(i)):
+                yield i, case, res
+            if self.last[group_of(case)] == i:
+                self.forget(group_of(case))
+            yield i, case, None
+
+    # -- side by side ---------------------------------------------------------------
+
+    def _large(self, i: int) -> bool:
+        return math.prod(self.cases[i].sizes.values()) > CONCURRENT_ELEMENTS
+
+    def _pick(self, cand: str, running: set[int], started: set[int], done: set[int]) -> int | None:
+        """The next case for ``cand``'s free worker: its first case not started whose
+        group has no case running (the group's first to run computes and stores its
+        trials, the next ones read them). A large case only alone, after every earlier
+        case; nothing beside it."""
+        if any(self._large(j) for j in running):
+            return None
+        busy = {group_of(self.cases[j]) for j in running}
+        for i in self.todo[cand]:
+            if i in started:
+                continue
+            if self._large(i):
+                if not running and all(j in done for j in range(i)):
+                    return i
+                return None  # nothing of this candidate overtakes its large case
+            if group_of(self.cases[i]) not in busy:
+                return i
+        return None
+
+    def _concurrent(self):
+        self.todo: dict[str, list[int]] = {}
+        members: dict[tuple, list[int]] = {}
+        for i, c in enumerate(self.cases):
+            self.todo.setdefault(c.candidate, []).append(i)
+            members.setdefault(group_of(c), []).append(i)
+        events: queue.Queue[Event] = queue.Queue()
+        stop = self._stop
+        started: set[int] = set()
+        done: set[int] = set()
+        slots = self.slots = {i: _Slot() for i in range(len(self.cases))}
+
+        def work(i: int, options: RunOptions) -> None:
+            try:
+                for res in self.executor.run(self.op, self.cases[i], options):
+                    if stop.is_set():
+                        return
+                    events.put(Event(i, "result", res))
+                events.put(Event(i, "done"))
+            except BaseException as exc:  # a bug: raised again in the main thread
+                if not stop.is_set():
+                    events.put(Event(i, "error", exc))
+
+        try:
+            while self.head < len(self.cases):
+                running = started - done
+                for cand in self.todo:
+                    if len(running) >= self.jobs:
+                        break
+                    if any(self.cases[j].candidate == cand for j in running):
+                        continue  # its worker is busy
+                    i = self._pick(cand, running, started, done)
+                    if i is None:
+                        continue
+                    g = group_of(self.cases[i])
+                    rest = [j for j in members[g] if j != i]
+                    options = self.options_for(i, others_done=all(j in done for j in rest))
+                    started.add(i)
+                    running.add(i)
+                    self.on_start(i)
+                    threading.Thread(target=work, args=(i, options), daemon=True).start()
+                try:
+                    ev = events.get(timeout=0.5)  # a signal (Ctrl-C) is heard in between
+                except queue.Empty:
+                    continue
+                if ev.kind == "error":
+                    raise ev.payload
+                slot = slots[ev.index]
+                if ev.kind == "result":
+                    slot.results.append(ev.payload)
+                else:
+                    slot.done = True
+                    done.add(ev.index)
+                    self.todo[self.cases[ev.index].candidate].remove(ev.index)
+                    g = group_of(self.cases[ev.index])
+                    if all(j in done for j in members[g]):
+                        self.forget(g)
+                while self.head < len(self.cases):  # out in plan order
+                    out = slots[self.head]
+                    for res in out.results:
+                        yield self.head, self.cases[self.head], res
+                    out.results = []
+                    if not out.done:
+                        break
+                    yield self.head, self.cases[self.head], None
+                    self.head += 1
+        finally:
+            stop.set()
+
+    def stop(self) -> None:
+        """Side by side: cases still running give out nothing more (the run is ending)."""
+        self._stop.set()
+
+    def held(self) -> list[tuple[int, Case, CheckResult]]:
+        """Results obtained but not yet given out (cases after one still running), in plan
+        order: what an interrupted run still reports."""
+        return [
+            (i, self.cases[i], res)
+            for i in range(self.head, len(self.cases))
+            for res in self.slots.get(i, _Slot()).results
+        ]

@@ -1,0 +1,135 @@
+"""Cases side by side (kernelcheck/runner/schedule.py): plan order out, each group's trials
+computed once, large cases alone, nothing obtained lost on an interrupt.
+
+A stand-in executor (no kernels: it sleeps and logs) stands for the isolated workers, so
+these tests see the schedule's decisions alone; tests/test_shared_trials.py counts the
+gold calls of real isolated workers run side by side.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+
+from kernelcheck import api
+from kernelcheck.cases.grid import Case
+from kernelcheck.errors import Interrupted
+from kernelcheck.runner.case import RunOptions
+from kernelcheck.runner.schedule import CONCURRENT_ELEMENTS, Schedule, concurrency
+from kernelcheck.spec import load_catalog
+
+
+def _case(cand: str, dtype: str, vocab: int) -> Case:
+    return Case("logp", cand, "cpu", dtype, (("batch", 2), ("vocab", vocab)), (0,), ("normal",))
+
+
+class StandIn:
+    """Logs (case id, start, end, store budget) and yields two results per case."""
+
+    def __init__(self, seconds=lambda case: 0.05, gate: threading.Event | None = None):
+        self.seconds, self.gate = seconds, gate
+        self.log: list[tuple[str, float, float, int]] = []
+        self.lock = threading.Lock()
+
+    def run(self, op, case, options):
+        t0 = time.monotonic()
+        if self.gate is not None and case.candidate == "slow":
+            self.gate.wait(10)
+        time.sleep(self.seconds(case))
+        yield (case.id, "a")
+        yield (case.id, "b")
+        with self.lock:
+            self.log.append((case.id, t0, time.monotonic(), options.shared_budget))
+
+
+def _plan(vocabs=(33, 65, 129)):
+    # as api.plan deals them: the candidates of one group one after another
+    return [_case(c, "fp32", v) for v in vocabs for c in ("torch", "cpu")]
+
+
+def _overlap(a, b) -> bool:
+    return a[1] < b[2] and b[1] < a[2]
+
+
+def test_side_by_side_keeps_plan_order_and_runs_each_group_one_case_at_a_time(tmp_path):
+    cases = _plan()
+    ex = StandIn(seconds=lambda c: 0.3 if c.candidate == "torch" else 0.1)
+    sched = Schedule(ex, None, cases, RunOptions(), tmp_path, budget=1000, jobs=2)
+    out = list(sched.run())
+    # plan order: each case's two results, then its close (None)
+    want = [(i, r) for i, c in enumerate(cases) for r in ((c.id, "a"), (c.id, "b"), None)]
+    assert [(i, r) for i, _, r in out] == want
+    spans = {s[0]: s for s in ex.log}
+    assert any(_overlap(spans[a.id], spans[b.id]) for a in cases for b in cases if a != b)
+    for k in range(0, len(cases), 2):  # one group: its two candidates never at once
+        first, second = sorted((spans[cases[k].id], spans[cases[k + 1].id]), key=lambda s: s[1])
+        assert not _overlap(first, second)
+        assert first[3] == 500 and second[3] == 0  # the first stores, the last only reads
+    assert not any(tmp_path.iterdir()), "every group's stored trials are dropped"
+
+
+def test_a_large_case_runs_alone_after_every_earlier_case(tmp_path):
+    big = CONCURRENT_ELEMENTS // 2 + 1  # batch 2 x this: above the threshold
+    cases = _plan((33, big, 65))
+    ex = StandIn()
+    list(Schedule(ex, None, cases, RunOptions(), tmp_path, budget=1000, jobs=2).run())
+    spans = {s[0]: s for s in ex.log}
+    large = [c.id for c in cases if c.sizes["vocab"] == big]
+    for lid in large:
+        assert not any(_overlap(spans[lid], spans[o]) for o in spans if o != lid)
+        earlier = [c.id for c in cases[: [c.id for c in cases].index(lid)]]
+        assert all(spans[e][2] <= spans[lid][1] for e in earlier)
+
+
+def test_one_job_runs_in_plan_order_without_threads(tmp_path):
+    cases = _plan()
+    ex = StandIn()
+    sched = Schedule(ex, None, cases, RunOptions(), tmp_path, budget=1000, jobs=1)
+    seen = []
+    for _ in sched.run():
+        seen.append(threading.current_thread() is threading.main_thread())
+    assert all(seen) and [s[0] for s in ex.log] == [c.id for c in cases]
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
+def test_an_interrupt_keeps_results_obtained_beside_a_running_case(tmp_path):
+    """Case 1 finishes while case 0 still runs: its results are held (plan order), and an
+    interrupt then must not lose them."""
+    cases = [_case("slow", "fp32", 33), _case("fast", "bf16", 33)]
+    gate = threading.Event()
+    ex = StandIn(gate=gate)
+    sched = Schedule(ex, None, cases, RunOptions(), None, budget=0, jobs=2)
+
+    def interrupt(signum, frame):
+        raise Interrupted("SIGALRM")
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    got = []
+    try:
+        with pytest.raises(Interrupted):
+            for item in sched.run():
+                got.append(item)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        sched.stop()
+        gate.set()
+    assert got == []  # case 0 never finished: nothing could come out in plan order
+    assert [r for _, _, r in sched.held()] == [(cases[1].id, "a"), (cases[1].id, "b")]
+
+
+def test_side_by_side_only_when_every_case_is_isolated():
+    catalog = load_catalog()
+    kw = dict(device="cpu", dtype_names="fp32", shape={"batch": 2, "vocab": 33})
+    kw["candidate_names"] = ["torch", "cpu"]
+    isolated = api.plan(catalog, "logp", isolate=True, **kw)
+    in_process = api.plan(catalog, "logp", isolate=False, **kw)
+    assert concurrency(in_process.op, in_process.cases, False) == 1
+    import os
+
+    want = min(2, os.cpu_count() or 1)
+    assert concurrency(isolated.op, isolated.cases, True) == want
