@@ -19,6 +19,7 @@ from kernelcheck.cases.grid import Case, lead_shape
 from kernelcheck.cases.inputs import make_inputs, make_upstream
 from kernelcheck.cases.shared import SharedTrials, trial_key, unwritten
 from kernelcheck.checks.metrics import aliasing_problems, integrity_problems, row_digests
+from kernelcheck.memory import release_free_heap
 from kernelcheck.spec.model import OpSpec, Tolerance
 from kernelcheck.timing import PhaseClock
 
@@ -306,6 +307,8 @@ class Trial:
         else:
             dev = self.ctx.to_device(self.cpu_inputs)
         changed: list[str] = []
+        if in_place:  # the call's output will be the run's largest allocation
+            release_free_heap()
         try:
             results = call(dev)
         finally:
