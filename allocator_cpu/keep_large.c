@@ -95,7 +95,7 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
   pthread_mutex_unlock(&lock);
   /* zeroed, as fresh pages are: a kernel that leaves elements unwritten must not find the
    * last call's results there (a racy backward that skips some would pass determinism) */
-  if (reused) memset(b.addr, 0, size);
+  if (reused) memset(b.addr, 0, b.size); /* all of it: realloc copies up to the mapped size */
   *out = b.addr;
   return 0;
 }

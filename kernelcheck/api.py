@@ -275,8 +275,14 @@ def execute(
             mine = []
     except Interrupted as exc:
         report.interrupted = exc.signame
-        for _, _, res in schedule.held():  # obtained beside a case still running
-            take(res)
+        executor.kill()  # first: the cases side by side stop where they are
+        schedule.stop(wait_s=2.0)
+        for case, results, finished in schedule.held():  # obtained beside a running case
+            mine = []
+            for res in results:
+                take(res)
+            if finished:
+                report.not_run.remove(case.id)
     finally:
         schedule.stop()
         executor.close()

@@ -5,9 +5,9 @@ shape, seed, distribution), not on the candidate. The first candidate to need th
 computes them and stores them as files in a shared-memory folder (``/dev/shm``) that
 the run owns; the next candidates, each in its own isolated worker, map those files
 (``torch.load(mmap=True)``: no copy, no pickle through a pipe) instead of drawing and
-computing again. The run deals its cases so that the candidates of one (dtype, shape)
-come one after another, and forgets a group's files when it moves to the next, so the
-folder holds one group's trials at a time, within ``budget_bytes``.
+computing again. Each group (one dtype and shape) has a folder of its own in the run's,
+removed once the group's last case is done (``runner/schedule.py``); all of them
+together stay within ``budget_bytes``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,14 @@ def _remove_orphans(shm: Path) -> None:
             shutil.rmtree(folder, ignore_errors=True)
         except (ValueError, PermissionError, OSError):
             continue
+
+
+GROUP_PREFIX = "group-"
+
+
+def group_folder(run_folder: Path, index: int) -> Path:
+    """Where one group's trials are stored, removed once its last case is done."""
+    return run_folder / f"{GROUP_PREFIX}{index}"
 
 
 def budget_for(folder: Path) -> int:
@@ -90,7 +98,10 @@ class SharedTrials:
         if self.folder is None or not self.budget or not self.folder.is_dir():
             return
         size = _nbytes(value)
-        used = sum(p.stat().st_size for p in self.folder.glob("*.pt"))
+        # the run's total: every group's folder (groups run side by side hold theirs);
+        # two workers storing at once may pass it by one part
+        root = self.folder.parent if self.folder.name.startswith(GROUP_PREFIX) else self.folder
+        used = _stored_bytes(root)
         if used + size > self.budget:
             return
         path = self._path(key, part)
@@ -118,16 +129,20 @@ def _save_without_crc(value, path: Path) -> None:
         config.compute_crc32 = crc
 
 
-def forget(folder: Path | None) -> None:
-    """Drop every stored trial (a new (dtype, shape) group starts)."""
-    if folder is not None and folder.is_dir():
-        for path in folder.iterdir():
-            path.unlink(missing_ok=True)
-
-
 def remove(folder: Path | None) -> None:
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stored_bytes(root: Path) -> int:
+    """Bytes of every stored part under ``root`` (a part removed meanwhile counts 0)."""
+    total = 0
+    for path in root.rglob("*.pt"):
+        try:
+            total += path.stat().st_size
+        except OSError:
+            pass
+    return total
 
 
 def _nbytes(value) -> int:

@@ -150,6 +150,11 @@ class IsolatedWorker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def kill(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
     def stop(self) -> None:
         if self.proc is not None:
             if self.proc.poll() is None:
@@ -258,11 +263,15 @@ class Executor:
         self.workers: dict[str, IsolatedWorker] = {}
         self.phase_seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._lock = threading.Lock()
+        self.closed = False
 
     def run(self, op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResult]:
         timeout = self.timeout_s if self.timeout_s is not None else case_timeout(op, case)
         if wants_isolation(op, case, self.isolate):
-            worker = self.workers.setdefault(case.candidate, IsolatedWorker())
+            with self._lock:
+                if self.closed:  # the run is ending: start no worker nobody would stop
+                    return
+                worker = self.workers.setdefault(case.candidate, IsolatedWorker())
             attempt = worker.attempt
         else:
             attempt = attempt_in_process
@@ -278,6 +287,8 @@ class Executor:
         """Attempts until every check of ``pending`` has a result (see the class)."""
         faults = 0
         while pending:
+            if self.closed:  # killed on an interrupt: no fresh worker
+                return
             sub = replace(case, checks=tuple(pending))
             fault = yield from _pass_on(attempt(op, sub, options, timeout, phases), pending)
             if fault is None:
@@ -307,10 +318,22 @@ class Executor:
                 op, replace(case, checks=tuple(pending)), set(), "error", message, options
             )
 
+    def kill(self) -> None:
+        """Kill every worker now (their pipes stay open until :meth:`close`, so a thread
+        still reading one reads its end, never a reused descriptor)."""
+        with self._lock:
+            self.closed = True
+            workers = list(self.workers.values())
+        for worker in workers:
+            worker.kill()
+
     def close(self) -> None:
-        for worker in self.workers.values():
+        with self._lock:
+            self.closed = True
+            workers = list(self.workers.values())
+            self.workers.clear()
+        for worker in workers:
             worker.stop()
-        self.workers.clear()
 
 
 def _pass_on(gen, pending: list[str]):

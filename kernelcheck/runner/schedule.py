@@ -26,6 +26,7 @@ import math
 import os
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -85,7 +86,7 @@ class Schedule:
     ):
         self.executor, self.op, self.cases, self.options = executor, op, cases, options
         self.folder, self.jobs = folder, max(1, jobs)
-        self.budget = budget // self.jobs  # each running group within its share
+        self.budget = budget  # for the whole run folder (SharedTrials counts every group's)
         sizes = Counter(group_of(c) for c in cases)
         self.sharing = {g for g, n in sizes.items() if n > 1} if folder is not None else set()
         self.last = {group_of(c): i for i, c in enumerate(cases)}  # a group's last case
@@ -94,6 +95,9 @@ class Schedule:
         self.candidates = len({c.candidate for c in cases})
         self.head = 0  # side by side: the first case not yet wholly given out
         self.slots: dict[int, _Slot] = {}
+        self.done: set[int] = set()
+        self.events: queue.Queue[Event] | None = None
+        self.threads: list[threading.Thread] = []
         self._stop = threading.Event()
 
     def options_for(self, i: int, others_done: bool | None = None) -> RunOptions:
@@ -101,7 +105,7 @@ class Schedule:
         g = group_of(self.cases[i])
         if g not in self.sharing:
             return self.options
-        path = self.folder / f"group-{self.keys[g]}"
+        path = shared.group_folder(self.folder, self.keys[g])
         path.mkdir(exist_ok=True)
         last = self.last[g] == i if others_done is None else others_done
         return replace(self.options, shared_dir=str(path), shared_budget=0 if last else self.budget)
@@ -109,7 +113,7 @@ class Schedule:
     def forget(self, g: tuple) -> None:
         """Drop a group's stored trials (its last case is done)."""
         if g in self.sharing:
-            shared.remove(self.folder / f"group-{self.keys[g]}")
+            shared.remove(shared.group_folder(self.folder, self.keys[g]))
 
     def run(self) -> Iterator[tuple[int, Case, CheckResult | None]]:
         if self.jobs == 1:
@@ -150,16 +154,37 @@ class Schedule:
                 return i
         return None
 
+    def _order(self, started: set[int]) -> list[str]:
+        """Candidates by their earliest case not yet started: a free slot goes to the one
+        furthest behind, so no candidate waits for the others to run out of cases."""
+        first = {
+            c: next((i for i in todo if i not in started), None) for c, todo in self.todo.items()
+        }
+        return sorted((c for c, i in first.items() if i is not None), key=lambda c: first[c])
+
+    def _absorb(self, ev: Event) -> None:
+        """One worker thread's event into the slots (a case done may free its group)."""
+        slot = self.slots[ev.index]
+        if ev.kind == "result":
+            slot.results.append(ev.payload)
+            return
+        slot.done = True
+        self.done.add(ev.index)
+        self.todo[self.cases[ev.index].candidate].remove(ev.index)
+        g = group_of(self.cases[ev.index])
+        if all(j in self.done for j in self.members[g]):
+            self.forget(g)
+
     def _concurrent(self):
         self.todo: dict[str, list[int]] = {}
-        members: dict[tuple, list[int]] = {}
+        self.members: dict[tuple, list[int]] = {}
         for i, c in enumerate(self.cases):
             self.todo.setdefault(c.candidate, []).append(i)
-            members.setdefault(group_of(c), []).append(i)
-        events: queue.Queue[Event] = queue.Queue()
+            self.members.setdefault(group_of(c), []).append(i)
+        events = self.events = queue.Queue()
         stop = self._stop
         started: set[int] = set()
-        done: set[int] = set()
+        done = self.done = set()
         slots = self.slots = {i: _Slot() for i in range(len(self.cases))}
 
         def work(i: int, options: RunOptions) -> None:
@@ -176,7 +201,7 @@ class Schedule:
         try:
             while self.head < len(self.cases):
                 running = started - done
-                for cand in self.todo:
+                for cand in self._order(started):
                     if len(running) >= self.jobs:
                         break
                     if any(self.cases[j].candidate == cand for j in running):
@@ -184,50 +209,53 @@ class Schedule:
                     i = self._pick(cand, running, started, done)
                     if i is None:
                         continue
-                    g = group_of(self.cases[i])
-                    rest = [j for j in members[g] if j != i]
+                    rest = [j for j in self.members[group_of(self.cases[i])] if j != i]
                     options = self.options_for(i, others_done=all(j in done for j in rest))
                     started.add(i)
                     running.add(i)
                     self.on_start(i)
-                    threading.Thread(target=work, args=(i, options), daemon=True).start()
+                    thread = threading.Thread(target=work, args=(i, options), daemon=True)
+                    self.threads.append(thread)
+                    thread.start()
                 try:
                     ev = events.get(timeout=0.5)  # a signal (Ctrl-C) is heard in between
                 except queue.Empty:
                     continue
                 if ev.kind == "error":
                     raise ev.payload
-                slot = slots[ev.index]
-                if ev.kind == "result":
-                    slot.results.append(ev.payload)
-                else:
-                    slot.done = True
-                    done.add(ev.index)
-                    self.todo[self.cases[ev.index].candidate].remove(ev.index)
-                    g = group_of(self.cases[ev.index])
-                    if all(j in done for j in members[g]):
-                        self.forget(g)
+                self._absorb(ev)
                 while self.head < len(self.cases):  # out in plan order
                     out = slots[self.head]
-                    for res in out.results:
-                        yield self.head, self.cases[self.head], res
-                    out.results = []
+                    while out.results:  # taken off before given out: never twice
+                        yield self.head, self.cases[self.head], out.results.pop(0)
                     if not out.done:
                         break
-                    yield self.head, self.cases[self.head], None
                     self.head += 1
+                    yield self.head - 1, self.cases[self.head - 1], None
         finally:
             stop.set()
 
-    def stop(self) -> None:
-        """Side by side: cases still running give out nothing more (the run is ending)."""
+    def stop(self, wait_s: float = 0.0) -> None:
+        """Side by side: cases still running give out nothing more (the run is ending);
+        wait up to ``wait_s`` for their threads (their workers were killed)."""
         self._stop.set()
+        deadline = time.monotonic() + wait_s
+        for thread in self.threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
-    def held(self) -> list[tuple[int, Case, CheckResult]]:
-        """Results obtained but not yet given out (cases after one still running), in plan
-        order: what an interrupted run still reports."""
+    def held(self) -> list[tuple[Case, list[CheckResult], bool]]:
+        """Per case not yet wholly given out, in plan order: its results obtained but not
+        given out (beside a case still running, or still queued), and whether it finished.
+        What an interrupted run still reports."""
+        while self.events is not None:
+            try:
+                ev = self.events.get_nowait()
+            except queue.Empty:
+                break
+            if ev.kind != "error":
+                self._absorb(ev)
         return [
-            (i, self.cases[i], res)
+            (self.cases[i], list(self.slots[i].results), self.slots[i].done)
             for i in range(self.head, len(self.cases))
-            for res in self.slots.get(i, _Slot()).results
+            if i in self.slots and (self.slots[i].results or self.slots[i].done)
         ]

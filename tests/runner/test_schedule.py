@@ -1,9 +1,10 @@
 """Cases side by side (kernelcheck/runner/schedule.py): plan order out, each group's trials
 computed once, large cases alone, nothing obtained lost on an interrupt.
 
-A stand-in executor (no kernels: it sleeps and logs) stands for the isolated workers, so
-these tests see the schedule's decisions alone; tests/test_shared_trials.py counts the
-gold calls of real isolated workers run side by side.
+A stand-in executor (no kernels: it sleeps, logs, and writes and reads a trial file in
+its group's folder) stands for the isolated workers, so these tests see the schedule's
+decisions alone; tests/test_shared_trials.py counts the gold calls of real isolated
+workers under this schedule.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,10 +38,16 @@ class StandIn:
 
     def run(self, op, case, options):
         t0 = time.monotonic()
+        folder = Path(options.shared_dir) if options.shared_dir else None
+        assert folder is None or folder.is_dir(), "a group's folder exists while it runs"
+        if options.shared_budget:  # the group's first case stores, the others read it
+            (folder / f"{case.dtype}-{case.shape_str}.pt").write_text("trial")
+        elif folder is not None:
+            assert (folder / f"{case.dtype}-{case.shape_str}.pt").is_file()
+        yield (case.id, "a")
         if self.gate is not None and case.candidate == "slow":
             self.gate.wait(10)
         time.sleep(self.seconds(case))
-        yield (case.id, "a")
         yield (case.id, "b")
         with self.lock:
             self.log.append((case.id, t0, time.monotonic(), options.shared_budget))
@@ -67,7 +75,7 @@ def test_side_by_side_keeps_plan_order_and_runs_each_group_one_case_at_a_time(tm
     for k in range(0, len(cases), 2):  # one group: its two candidates never at once
         first, second = sorted((spans[cases[k].id], spans[cases[k + 1].id]), key=lambda s: s[1])
         assert not _overlap(first, second)
-        assert first[3] == 500 and second[3] == 0  # the first stores, the last only reads
+        assert first[3] == 1000 and second[3] == 0  # the first stores, the last only reads
     assert not any(tmp_path.iterdir()), "every group's stored trials are dropped"
 
 
@@ -94,10 +102,21 @@ def test_one_job_runs_in_plan_order_without_threads(tmp_path):
     assert all(seen) and [s[0] for s in ex.log] == [c.id for c in cases]
 
 
+def test_no_candidate_waits_for_the_others_to_run_out_of_cases(tmp_path):
+    """Three candidates, two slots: the one furthest behind gets the next free slot."""
+    cases = [_case(c, "fp32", v) for v in (33, 65, 129, 257) for c in ("a", "b", "c")]
+    ex = StandIn(seconds=lambda c: 0.05)
+    list(Schedule(ex, None, cases, RunOptions(), tmp_path, budget=1000, jobs=2).run())
+    starts = {s[0]: s[1] for s in ex.log}
+    firsts = [starts[c.id] for c in cases[:3]]  # each candidate's first case
+    lasts = [starts[c.id] for c in cases[-3:]]
+    assert max(firsts) < min(lasts)
+
+
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
 def test_an_interrupt_keeps_results_obtained_beside_a_running_case(tmp_path):
     """Case 1 finishes while case 0 still runs: its results are held (plan order), and an
-    interrupt then must not lose them."""
+    interrupt then must not lose them, nor give out case 0's first result twice."""
     cases = [_case("slow", "fp32", 33), _case("fast", "bf16", 33)]
     gate = threading.Event()
     ex = StandIn(gate=gate)
@@ -118,8 +137,27 @@ def test_an_interrupt_keeps_results_obtained_beside_a_running_case(tmp_path):
         signal.signal(signal.SIGALRM, previous)
         sched.stop()
         gate.set()
-    assert got == []  # case 0 never finished: nothing could come out in plan order
-    assert [r for _, _, r in sched.held()] == [(cases[1].id, "a"), (cases[1].id, "b")]
+    assert [r for _, _, r in got] == [(cases[0].id, "a")]  # given out while case 0 ran
+    held = sched.held()
+    assert [(c.id, r, done) for c, r, done in held] == [
+        (cases[1].id, [(cases[1].id, "a"), (cases[1].id, "b")], True)
+    ]
+
+
+def test_a_result_given_out_is_never_held_again():
+    """The consumer is interrupted while it handles a result: held() must not list it."""
+    cases = [_case("slow", "fp32", 33), _case("fast", "bf16", 33)]
+    gate = threading.Event()
+    sched = Schedule(StandIn(gate=gate), None, cases, RunOptions(), None, budget=0, jobs=2)
+    run = sched.run()
+    try:
+        first = next(run)
+        assert first[2] == (cases[0].id, "a")
+    finally:
+        sched.stop()
+        gate.set()
+        run.close()
+    assert all(r != first[2] for _, results, _ in sched.held() for r in results)
 
 
 def test_side_by_side_only_when_every_case_is_isolated():
