@@ -41,7 +41,8 @@ def _run(catalog, faulty: str, checks=FAST_CHECKS, isolate=None, **kw):
     )
     faulty_results = {r.check: r for r in report.results if r.candidate == "faulty"}
     honest = {r.check: r for r in report.results if r.candidate == "torch"}
-    assert set(honest) == set(checks) and {r.status for r in honest.values()} == {"pass"}
+    said = [(r.check, r.status, r.message) for r in honest.values()]
+    assert set(honest) == set(checks) and {r.status for r in honest.values()} == {"pass"}, said
     return faulty_results, report
 
 
