@@ -104,13 +104,16 @@ def test_one_job_runs_in_plan_order_without_threads(tmp_path):
 
 def test_no_candidate_waits_for_the_others_to_run_out_of_cases(tmp_path):
     """Three candidates, two slots: the one furthest behind gets the next free slot."""
-    cases = [_case(c, "fp32", v) for v in (33, 65, 129, 257) for c in ("a", "b", "c")]
-    ex = StandIn(seconds=lambda c: 0.05)
+    # many groups: the first two candidates would always find one free
+    cases = [_case(c, "fp32", v) for v in range(33, 45) for c in ("a", "b", "c")]
+    ex = StandIn(seconds=lambda c: 0.03)
     list(Schedule(ex, None, cases, RunOptions(), tmp_path, budget=1000, jobs=2).run())
-    starts = {s[0]: s[1] for s in ex.log}
-    firsts = [starts[c.id] for c in cases[:3]]  # each candidate's first case
-    lasts = [starts[c.id] for c in cases[-3:]]
-    assert max(firsts) < min(lasts)
+    spans = {s[0]: s for s in ex.log}
+    by_cand = {c: [spans[k.id] for k in cases if k.candidate == c] for c in "abc"}
+    first_start = {c: min(s[1] for s in v) for c, v in by_cand.items()}
+    last_end = {c: max(s[2] for s in v) for c, v in by_cand.items()}
+    # starved, one candidate would start only once another had run all its cases
+    assert max(first_start.values()) < min(last_end.values())
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
