@@ -6,7 +6,6 @@ The CLI, the tests and the pytest plugin all call these functions; nothing here 
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -21,7 +20,7 @@ from kernelcheck.errors import Interrupted, SpecError, UsageError
 from kernelcheck.results import CheckResult, Report, environment
 from kernelcheck.runner.case import RunOptions
 from kernelcheck.runner.execute import Executor
-from kernelcheck.runner.schedule import Schedule, concurrency, group_of
+from kernelcheck.runner.schedule import Schedule, concurrency, shared_groups
 from kernelcheck.spec.imports import ImportPathError, resolve
 from kernelcheck.spec.load import DEVICE_ALIASES, Catalog, load_catalog, resolve_shape
 from kernelcheck.spec.model import OpSpec
@@ -249,8 +248,7 @@ def execute(
         report.extra["shard"] = f"{plan.shard[0]}/{plan.shard[1]}"
     report.not_run = [c.id for c in plan.cases]
     executor = Executor(plan.isolate, plan.timeout_s)
-    groups = Counter(group_of(c) for c in plan.cases)
-    folder = shared.make_run_folder() if max(groups.values(), default=0) > 1 else None
+    folder = shared.make_run_folder() if shared_groups(plan.cases) else None
     budget = shared.budget_for(folder) if folder is not None else 0
     jobs = concurrency(plan.op, plan.cases, plan.isolate)
     schedule = Schedule(executor, plan.op, plan.cases, plan.options, folder, budget, jobs)

@@ -17,15 +17,16 @@ import functools
 
 
 @functools.cache
-def _malloc_trim():
+def libc_function(name: str):
+    """A function of the C library (``mallopt``, ``malloc_trim``), or None where it has
+    none (not glibc)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6"), name)
+    except (OSError, AttributeError):
         return None
 
 
 def release_free_heap() -> bool:
     """glibc's ``malloc_trim(0)``: False where there is none (another C library)."""
-    trim = _malloc_trim()
+    trim = libc_function("malloc_trim")
     return bool(trim(0)) if trim is not None else False

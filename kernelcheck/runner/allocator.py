@@ -13,10 +13,10 @@ at most ``TRIM_BYTES`` of freed heap stays mapped.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import sys
+
+from kernelcheck.memory import libc_function
 
 MMAP_BYTES = 32 << 20  # allocations below this come from the heap
 TRIM_BYTES = 128 << 20  # freed heap above this much is returned to the system
@@ -25,10 +25,8 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 def keep_chunks_in_heap() -> bool:
     """Tune glibc's malloc as above; False (and nothing changed) on another C library."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = libc_function("mallopt")
+    if mallopt is None:
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_BYTES)) and bool(
         mallopt(_M_TRIM_THRESHOLD, TRIM_BYTES)
@@ -51,21 +49,26 @@ def worker_environment() -> dict[str, str]:
     A reused block reads as zeroed fresh pages do: only where the memory comes from changes.
     """
     env = dict(os.environ)
-    if not sys.platform.startswith("linux") or env.get(NO_KEEP_LARGE_ENV, "") not in ("", "0"):
+    if env.get(NO_KEEP_LARGE_ENV, "") not in ("", "0"):
         return env
-    from kernelcheck.candidates.native.library import find_named
-
-    shim = find_named(KEEP_LARGE)[0]
+    shim = _keeper_path()
     if shim is not None:
         env["LD_PRELOAD"] = os.pathsep.join(filter(None, [str(shim), env.get("LD_PRELOAD")]))
     return env
 
 
-def keeper_status() -> dict:
-    """``dict(status=available|missing|off, path, reason)`` of the large-block keeper."""
+def _keeper_path():
+    """The built shim (None: not built, or not Linux, where LD_PRELOAD does not apply)."""
+    if not sys.platform.startswith("linux"):
+        return None
     from kernelcheck.candidates.native.library import find_named
 
-    path = find_named(KEEP_LARGE)[0] if sys.platform.startswith("linux") else None
+    return find_named(KEEP_LARGE)[0]
+
+
+def keeper_status() -> dict:
+    """``dict(status=available|missing|off, path, reason)`` of the large-block keeper."""
+    path = _keeper_path()
     if path is None:
         why = "not built" if sys.platform.startswith("linux") else "Linux only"
         return {"status": "missing", "path": None, "reason": f"{KEEP_LARGE} {why}"}

@@ -157,8 +157,7 @@ class IsolatedWorker:
 
     def stop(self) -> None:
         if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
+            self.kill()
             self.proc.wait(5)
             for stream in (self.proc.stdin, self.proc.stdout):
                 try:

@@ -47,6 +47,11 @@ def group_of(case: Case) -> tuple:
     return (case.dtype, case.shape, case.attrs)
 
 
+def shared_groups(cases: list[Case]) -> list[tuple]:
+    """The groups with more than one case: only those store their trials."""
+    return [g for g, n in Counter(group_of(c) for c in cases).items() if n > 1]
+
+
 def concurrency(op: OpSpec, cases: list[Case], isolate: bool | None) -> int:
     """How many cases may run at once: one per isolated candidate, at most one per core;
     1 when any case runs in process."""
@@ -87,10 +92,13 @@ class Schedule:
         self.executor, self.op, self.cases, self.options = executor, op, cases, options
         self.folder, self.jobs = folder, max(1, jobs)
         self.budget = budget  # for the whole run folder (SharedTrials counts every group's)
-        sizes = Counter(group_of(c) for c in cases)
-        self.sharing = {g for g, n in sizes.items() if n > 1} if folder is not None else set()
-        self.last = {group_of(c): i for i, c in enumerate(cases)}  # a group's last case
-        self.keys = {g: k for k, g in enumerate(dict.fromkeys(group_of(c) for c in cases))}
+        self.members: dict[tuple, list[int]] = {}  # group -> its cases
+        self.todo: dict[str, list[int]] = {}  # candidate -> its cases not done
+        for i, c in enumerate(cases):
+            self.members.setdefault(group_of(c), []).append(i)
+            self.todo.setdefault(c.candidate, []).append(i)
+        self.sharing = set(shared_groups(cases)) if folder is not None else set()
+        self.keys = {g: k for k, g in enumerate(self.members)}
         self.on_start: Callable[[int], None] = lambda i: None
         self.candidates = len({c.candidate for c in cases})
         self.head = 0  # side by side: the first case not yet wholly given out
@@ -100,19 +108,22 @@ class Schedule:
         self.threads: list[threading.Thread] = []
         self._stop = threading.Event()
 
-    def options_for(self, i: int, others_done: bool | None = None) -> RunOptions:
+    def options_for(self, i: int) -> RunOptions:
         """Share trials within the group; the group's last case to run only reads."""
         g = group_of(self.cases[i])
         if g not in self.sharing:
             return self.options
         path = shared.group_folder(self.folder, self.keys[g])
         path.mkdir(exist_ok=True)
-        last = self.last[g] == i if others_done is None else others_done
+        last = all(j in self.done for j in self.members[g] if j != i)
         return replace(self.options, shared_dir=str(path), shared_budget=0 if last else self.budget)
 
-    def forget(self, g: tuple) -> None:
-        """Drop a group's stored trials (its last case is done)."""
-        if g in self.sharing:
+    def _finish(self, i: int) -> None:
+        """Case ``i`` is done: its group's stored trials go once every case of it is."""
+        self.done.add(i)
+        self.todo[self.cases[i].candidate].remove(i)
+        g = group_of(self.cases[i])
+        if g in self.sharing and all(j in self.done for j in self.members[g]):
             shared.remove(shared.group_folder(self.folder, self.keys[g]))
 
     def run(self) -> Iterator[tuple[int, Case, CheckResult | None]]:
@@ -126,8 +137,7 @@ class Schedule:
             self.on_start(i)
             for res in self.executor.run(self.op, case, self.options_for(i)):
                 yield i, case, res
-            if self.last[group_of(case)] == i:
-                self.forget(group_of(case))
+            self._finish(i)
             yield i, case, None
 
     # -- side by side ---------------------------------------------------------------
@@ -169,22 +179,13 @@ class Schedule:
             slot.results.append(ev.payload)
             return
         slot.done = True
-        self.done.add(ev.index)
-        self.todo[self.cases[ev.index].candidate].remove(ev.index)
-        g = group_of(self.cases[ev.index])
-        if all(j in self.done for j in self.members[g]):
-            self.forget(g)
+        self._finish(ev.index)
 
     def _concurrent(self):
-        self.todo: dict[str, list[int]] = {}
-        self.members: dict[tuple, list[int]] = {}
-        for i, c in enumerate(self.cases):
-            self.todo.setdefault(c.candidate, []).append(i)
-            self.members.setdefault(group_of(c), []).append(i)
         events = self.events = queue.Queue()
         stop = self._stop
         started: set[int] = set()
-        done = self.done = set()
+        done = self.done
         slots = self.slots = {i: _Slot() for i in range(len(self.cases))}
 
         def work(i: int, options: RunOptions) -> None:
@@ -209,8 +210,7 @@ class Schedule:
                     i = self._pick(cand, running, started, done)
                     if i is None:
                         continue
-                    rest = [j for j in self.members[group_of(self.cases[i])] if j != i]
-                    options = self.options_for(i, others_done=all(j in done for j in rest))
+                    options = self.options_for(i)
                     started.add(i)
                     running.add(i)
                     self.on_start(i)
