@@ -116,3 +116,22 @@ def test_workers_get_the_keeper_preloaded_unless_told_not_to(monkeypatch):
         assert env["LD_PRELOAD"] == f"{shim}:/some/other.so"
     monkeypatch.setenv(NO_KEEP_LARGE_ENV, "1")
     assert worker_environment()["LD_PRELOAD"] == "/some/other.so"
+
+
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [({}, "10000"), ({"GOMP_SPINCOUNT": "5"}, "5"), ({"OMP_WAIT_POLICY": "PASSIVE"}, "unset")],
+    ids=["default", "user-spincount", "user-wait-policy"],
+)
+def test_openmp_spin_is_shortened_unless_the_user_set_it(env, want):
+    """torch's OpenMP threads spin for milliseconds after each region and hold the core
+    kernelcheck's own native threads need next (kernelcheck/__init__.py); a user's
+    GOMP_SPINCOUNT or OMP_WAIT_POLICY is left alone."""
+    import os
+
+    base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    script = "import os, kernelcheck; print(os.environ.get('GOMP_SPINCOUNT', 'unset'))"
+    out = subprocess.run(
+        [sys.executable, "-c", script], env={**base, **env}, capture_output=True, text=True
+    )
+    assert out.stdout.split()[-1] == want, out.stderr

@@ -83,6 +83,10 @@ class SharedTrials:
     def _path(self, key: str, part: str) -> Path:
         return self.folder / f"{key}.{part}.pt"
 
+    def has(self, key: str, part: str) -> bool:
+        """Whether ``part`` of trial ``key`` is stored (a :meth:`get` maps it, no recompute)."""
+        return self.folder is not None and self._path(key, part).is_file()
+
     def get(self, key: str, part: str):
         if self.folder is None:
             return None

@@ -323,6 +323,13 @@ class Trial:
             self.__dict__.setdefault("_findings", {})[phase] = found
         return results
 
+    def unmap_inputs(self) -> None:
+        """Let go of the inputs when the shared store holds them: a later reader maps
+        them again at no cost. At the Qwen3 shape they are 2.4 GB of the worker's memory,
+        which the checks with pools of their own (invariance) would otherwise add to."""
+        if "cpu_inputs" in self.__dict__ and self.ctx.shared.has(self.key, "inputs"):
+            del self.__dict__["cpu_inputs"]
+
     @cached_property
     def input_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.cpu_inputs.values())
@@ -448,6 +455,9 @@ class Check:
     # the trial results it reads (of Trial.PARTS): the trial frees each once no check
     # still to observe the trial reads it (at the Qwen3 shape, a gradient is GBs)
     uses: ClassVar[frozenset[str]] = frozenset()
+    # observes with small inputs only (pools or draws of its own, a trial's first rows):
+    # the trial's full inputs may be let go of before it runs (Trial.unmap_inputs)
+    small_inputs: ClassVar[bool] = False
     summary: ClassVar[str] = ""
 
     def __init__(self, ctx: CaseContext, params: dict | None = None):

@@ -34,6 +34,7 @@ def plant_out_of_range(ctx, inputs: dict) -> tuple[list[int], list[int]]:
 class Contract(Check):
     name = "contract"
     uses = frozenset({"outputs"})
+    small_inputs = True
     PARAMS = {"max_seeds": 1, "rows": 16}
     summary = "dtype, shape, out-of-range -> exact value, empty input, strided == contiguous bits"
 

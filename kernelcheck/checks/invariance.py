@@ -89,6 +89,7 @@ def miss_probability(rows: int, fraction: float = 0.05) -> float:
 
 
 class _Invariance(Check):
+    small_inputs = True
     PARAMS = {
         "rows": 300,
         "batch_sizes": [1, 2, 4, 16, 300],

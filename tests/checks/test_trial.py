@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernelcheck.checks.base import Trial
-from tests.conftest import run_small, with_candidate
+from tests.conftest import SMALL, run_small, with_candidate
 
 
 def _trial_with(parts: dict) -> Trial:
@@ -80,3 +80,55 @@ def test_invariance_observes_after_the_trial_gradient_is_freed(catalog, monkeypa
     assert seen == [("forward_invariance", "freed"), ("backward_invariance", "freed")]
     assert released and all(not pools for pools in released)  # ... and dropped with it
     assert list(res) == checks  # reported in the order asked for
+
+
+@pytest.mark.parametrize("stored", [True, False], ids=["stored", "no-store"])
+def test_checks_needing_small_inputs_run_without_the_trials_inputs_mapped(
+    catalog, monkeypatch, stored
+):
+    """Before contract, the invariance checks and integrity (small inputs only) the trial
+    lets go of its inputs when the store holds them, so at the Qwen3 shape 2.4 GB are not
+    resident beside their draws; a reader maps them back, with the same values. Without
+    a store they are kept: nothing would be drawn again."""
+    import torch
+
+    from kernelcheck import api
+    from kernelcheck.cases import shared
+    from kernelcheck.checks import CHECKS
+
+    if not stored:
+        monkeypatch.setattr(shared, "make_run_folder", lambda: None)
+    full = ("backward_accuracy", "determinism")  # they call at the trial's size
+    small = ("contract", "forward_invariance", "integrity")
+    held = {}  # (candidate, check) -> trial inputs held: after a full check, before a small
+    first_rows = []
+    for name in full + small:
+        cls = CHECKS[name]
+
+        def spy(self, trial, _observe=cls.observe, _name=name):
+            key = (self.ctx.case.candidate, _name)
+            if _name in small:
+                held[key] = "cpu_inputs" in trial.__dict__
+            if _name == "integrity":  # reads them again: mapped back, the same values
+                first_rows.append(trial.cpu_inputs["logits"].reshape(-1, 257)[:2].clone())
+            _observe(self, trial)
+            if _name in full:
+                held[key] = "cpu_inputs" in trial.__dict__
+
+        monkeypatch.setattr(cls, "observe", spy)
+    report = api.run(
+        with_candidate(catalog, "twin", "plain_torch:logp"),
+        "logp",
+        candidate_names=["torch", "twin"],
+        device="cpu",
+        dtype_names="fp32",
+        shape=SMALL,
+        check_names=list(full + small),
+        seeds=[0],
+        isolate=False,
+    )
+    assert {r.status for r in report.results} == {"pass"}, report.results
+    for cand in ("torch", "twin"):
+        assert all(held[(cand, name)] for name in full)
+        assert [held[(cand, name)] for name in small] == [not stored] * 3, cand
+    assert len(first_rows) == 2 and torch.equal(first_rows[0], first_rows[1])
