@@ -115,12 +115,20 @@ struct RowStats {
 // same bucket, and four copies keep their increments from waiting on each other.
 using Histograms = int64_t[4][kBuckets];
 
-// Columns [j0, j1) of one row into its running statistics (columns visited in order, so the
-// row's sum is the same whatever the block size). False when an element is NaN/Inf.
+// Columns [j0, j1) of one row into its running statistics. False when an element is NaN/Inf.
 template <int D>
 bool compare_columns(const void* cand, const double* gold, int64_t j0, int64_t j1, double atol,
                      double rtol, double* col_max, Histograms& hist, RowStats& s) {
   constexpr uint32_t kMagnitude = D == kFloat32 ? 0x7FFFFFFFu : 0x7FFFu;
+  // The row's running values in locals: stores to col_max and hist may alias a RowStats field
+  // as far as the compiler knows, and it would load and store each of them on every element.
+  double max_abs = s.max_abs, max_rel = s.max_rel, gold_absmax = s.gold_absmax;
+  int64_t n_bad = s.n_bad, first_bad = s.first_bad;
+  uint64_t max_steps = s.max_steps;
+  // |err| summed in four interleaved partial sums (element j into sum[j % 4]), added to the
+  // row's sum per block: one chain of dependent additions would cost an add latency per
+  // element. The order depends on the columns and kBlockColumns alone, never on threads.
+  double sum[4] = {0.0, 0.0, 0.0, 0.0};
   for (int64_t j = j0; j < j1; ++j) {
     const double g = gold[j];
     const Element e = element<D>(cand, j, g);
@@ -129,16 +137,16 @@ bool compare_columns(const void* cand, const double* gold, int64_t j0, int64_t j
     const double gabs = std::fabs(g);
     const bool bad = rtol != 0.0 ? err > gabs * rtol + atol : err > atol;
     if (bad) {
-      if (s.first_bad < 0) s.first_bad = j;
-      ++s.n_bad;
+      if (first_bad < 0) first_bad = j;
+      ++n_bad;
     }
-    s.max_abs = std::max(s.max_abs, err);
-    s.sum_abs += err;
-    s.gold_absmax = std::max(s.gold_absmax, gabs);
+    max_abs = std::max(max_abs, err);
+    sum[j & 3] += err;
+    gold_absmax = std::max(gold_absmax, gabs);
     // the relative error is divided out only where it may be a new maximum (the margin
     // covers the product's rounding), so the maximum is the exact max of err / |g|
     const double denom = std::max(gabs, 1e-12);
-    if (err > s.max_rel * denom * (1 - 1e-12)) s.max_rel = std::max(s.max_rel, err / denom);
+    if (err > max_rel * denom * (1 - 1e-12)) max_rel = std::max(max_rel, err / denom);
     col_max[j] = std::max(col_max[j], err);
     // steps between magnitudes: their difference when the signs agree, else their sum;
     // blended without branches (which way a comparison goes is a coin toss per element)
@@ -149,9 +157,19 @@ bool compare_columns(const void* cand, const double* gold, int64_t j0, int64_t j
     const uint64_t differ = static_cast<uint64_t>((e.cand_bits ^ e.gold_bits) >> 31);  // all ones
     const uint64_t steps = (static_cast<uint64_t>(mc + mg) & differ) |
                            (static_cast<uint64_t>((diff ^ sign) - sign) & ~differ);
-    ++hist[j & 3][steps ? 64 - __builtin_clzll(steps) : 0];
-    s.max_steps = std::max(s.max_steps, steps);
+    // the bit length of steps (0 for none), without a branch: whether an element is exact
+    // is a coin toss, and a mispredicted branch per element cost more than the rest
+    const int length = static_cast<int>(steps != 0) * (64 - __builtin_clzll(steps | 1));
+    ++hist[j & 3][length];
+    max_steps = std::max(max_steps, steps);
   }
+  s.max_abs = max_abs;
+  s.max_rel = max_rel;
+  s.gold_absmax = gold_absmax;
+  s.sum_abs += (sum[0] + sum[1]) + (sum[2] + sum[3]);
+  s.n_bad = n_bad;
+  s.first_bad = first_bad;
+  s.max_steps = max_steps;
   return true;
 }
 
