@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -56,6 +57,47 @@ static int find_live(const void* p) {
   for (int i = 0; i < n_live; ++i)
     if (live[i].addr == p) return i;
   return -1;
+}
+
+#define ZERO_THREADS 4
+#define ZERO_SPLIT ((size_t)256 << 20) /* blocks from this size are zeroed by several threads */
+
+typedef struct {
+  char* addr;
+  size_t size;
+} span;
+
+static void* zero_span(void* arg) {
+  span* s = (span*)arg;
+  memset(s->addr, 0, s->size);
+  return 0;
+}
+
+/* Zero a reused block, a GB-sized one with a thread per CPU (up to ZERO_THREADS): memset of a
+ * Qwen3 gradient (2.4 GB) took 0.41 s on one core here and 0.19 s on two, and a Qwen3 run reuses
+ * such a block about ten times per dtype. A thread that cannot be started is done inline. */
+static void zero_block(void* addr, size_t size) {
+  cpu_set_t cpus;
+  int n = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  if (n > ZERO_THREADS) n = ZERO_THREADS;
+  if (n < 1 || size < ZERO_SPLIT) n = 1;
+  span parts[ZERO_THREADS];
+  pthread_t threads[ZERO_THREADS];
+  int started[ZERO_THREADS] = {0};
+  size_t step = size / (size_t)n / HUGE_PAGE * HUGE_PAGE;
+  for (int i = 0; i < n; ++i) {
+    parts[i].addr = (char*)addr + (size_t)i * step;
+    parts[i].size = i == n - 1 ? size - (size_t)i * step : step;
+  }
+  for (int i = 1; i < n; ++i)
+    started[i] = pthread_create(&threads[i], 0, zero_span, &parts[i]) == 0;
+  zero_span(&parts[0]);
+  for (int i = 1; i < n; ++i) {
+    if (started[i])
+      pthread_join(threads[i], 0);
+    else
+      zero_span(&parts[i]);
+  }
 }
 
 int posix_memalign(void** out, size_t alignment, size_t size) {
@@ -95,7 +137,7 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
   pthread_mutex_unlock(&lock);
   /* zeroed, as fresh pages are: a kernel that leaves elements unwritten must not find the
    * last call's results there (a racy backward that skips some would pass determinism) */
-  if (reused) memset(b.addr, 0, b.size); /* all of it: realloc copies up to the mapped size */
+  if (reused) zero_block(b.addr, b.size); /* all of it: realloc copies up to the mapped size */
   *out = b.addr;
   return 0;
 }

@@ -67,6 +67,11 @@ del a
 b = torch.empty(40 << 20, dtype=torch.uint8)  # the same size: the kept block, zeroed as
 assert b.data_ptr() == first and int(b.sum()) == 0  # fresh pages are (no stale 7s)
 del b
+big = torch.full((300 << 20,), 7, dtype=torch.uint8)  # zeroed by several threads when reused
+del big
+big = torch.empty(300 << 20, dtype=torch.uint8)
+assert int(big.count_nonzero()) == 0
+del big
 c = torch.full((10 << 20,), 3, dtype=torch.int32)  # another size: a block of its own
 assert int(c.sum()) == 3 * (10 << 20)
 p = ctypes.c_void_p()
