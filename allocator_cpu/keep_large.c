@@ -21,6 +21,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -89,8 +90,14 @@ static void zero_block(void* addr, size_t size) {
     parts[i].addr = (char*)addr + (size_t)i * step;
     parts[i].size = i == n - 1 ? size - (size_t)i * step : step;
   }
+  /* the helpers take no signal: SIGINT, SIGTERM and the case timeout's SIGALRM stay with
+   * the threads that handle them */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
   for (int i = 1; i < n; ++i)
     started[i] = pthread_create(&threads[i], 0, zero_span, &parts[i]) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, 0);
   zero_span(&parts[0]);
   for (int i = 1; i < n; ++i) {
     if (started[i])

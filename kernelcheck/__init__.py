@@ -19,14 +19,4 @@ os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 # 47 s on 2 cores). Read by torch when it allocates; the user's setting wins.
 os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-# After each parallel region torch's OpenMP threads spin for ~300,000 pause instructions
-# (milliseconds) before they sleep. kernelcheck's own native loops (the comparisons, the
-# row digests, the cpu candidate) run their threads right after torch ops, and a spinning
-# OpenMP thread holds the other core: on 2 cores a 2-thread comparison of one gold chunk
-# took as long as with 1 thread (4.5-5.3 ns an element), and 2.9 ns with a spin count of
-# 10,000, which still covers the microsecond gaps between torch's own back-to-back ops.
-# Read by libgomp when torch loads it; the user's setting (of either) wins.
-if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
-
 __version__ = "0.1.0"

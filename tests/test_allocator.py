@@ -67,10 +67,11 @@ del a
 b = torch.empty(40 << 20, dtype=torch.uint8)  # the same size: the kept block, zeroed as
 assert b.data_ptr() == first and int(b.sum()) == 0  # fresh pages are (no stale 7s)
 del b
-big = torch.full((300 << 20,), 7, dtype=torch.uint8)  # zeroed by several threads when reused
+big = torch.full((300 << 20,), 7, dtype=torch.uint8)  # zeroed by a thread per CPU (of 2+)
+kept = big.data_ptr()
 del big
 big = torch.empty(300 << 20, dtype=torch.uint8)
-assert int(big.count_nonzero()) == 0
+assert big.data_ptr() == kept and int(big.count_nonzero()) == 0
 del big
 c = torch.full((10 << 20,), 3, dtype=torch.int32)  # another size: a block of its own
 assert int(c.sum()) == 3 * (10 << 20)
@@ -125,18 +126,24 @@ def test_workers_get_the_keeper_preloaded_unless_told_not_to(monkeypatch):
 
 @pytest.mark.parametrize(
     ("env", "want"),
-    [({}, "10000"), ({"GOMP_SPINCOUNT": "5"}, "5"), ({"OMP_WAIT_POLICY": "PASSIVE"}, "unset")],
+    [({}, "10000"), ({"GOMP_SPINCOUNT": "5"}, "5"), ({"OMP_WAIT_POLICY": "PASSIVE"}, None)],
     ids=["default", "user-spincount", "user-wait-policy"],
 )
-def test_openmp_spin_is_shortened_unless_the_user_set_it(env, want):
+def test_workers_get_a_short_openmp_spin_unless_the_user_set_it(monkeypatch, env, want):
     """torch's OpenMP threads spin for milliseconds after each region and hold the core
-    kernelcheck's own native threads need next (kernelcheck/__init__.py); a user's
-    GOMP_SPINCOUNT or OMP_WAIT_POLICY is left alone."""
+    kernelcheck's own native threads need next (runner/allocator.py); a user's
+    GOMP_SPINCOUNT or OMP_WAIT_POLICY is left alone, and importing the library sets none."""
     import os
 
-    base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    script = "import os, kernelcheck; print(os.environ.get('GOMP_SPINCOUNT', 'unset'))"
-    out = subprocess.run(
-        [sys.executable, "-c", script], env={**base, **env}, capture_output=True, text=True
-    )
-    assert out.stdout.split()[-1] == want, out.stderr
+    from kernelcheck.runner.allocator import worker_environment
+
+    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert worker_environment().get("GOMP_SPINCOUNT") == want
+    assert os.environ.get("GOMP_SPINCOUNT") == env.get("GOMP_SPINCOUNT")
+    script = "import os, kernelcheck.api; print(os.environ.get('GOMP_SPINCOUNT', 'unset'))"
+    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    out = subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True, text=True)
+    assert out.stdout.split()[-1] == "unset", out.stderr

@@ -33,6 +33,16 @@ def keep_chunks_in_heap() -> bool:
     )
 
 
+# After each parallel region torch's OpenMP threads spin for ~300,000 pause instructions
+# (milliseconds) before they sleep. kernelcheck's own native loops (the comparisons, the row
+# digests, the cpu candidate) start their threads right after torch ops, and a spinning
+# OpenMP thread held the other core: on 2 cores a 2-thread comparison of one gold chunk took
+# as long as with 1 thread (4.5-5.3 ns an element), and 2.9 ns with a spin count of 10,000,
+# which still covers the microsecond gaps between torch's own back-to-back ops
+# (OMP_WAIT_POLICY=PASSIVE instead slowed those). libgomp reads it when torch loads it, so
+# it is set for the isolated workers (fresh processes), never by importing the library.
+WORKER_SPINCOUNT = "10000"
+
 KEEP_LARGE = "libkc_keep_large.so"
 NO_KEEP_LARGE_ENV = "KERNELCHECK_NO_KEEP_LARGE"
 
@@ -47,8 +57,13 @@ def worker_environment() -> dict[str, str]:
     memory back to its host, touching fresh memory costs 1-5 s per GB; the kept block's
     pages are warm.
     A reused block reads as zeroed fresh pages do: only where the memory comes from changes.
+
+    Also a short OpenMP spin (``GOMP_SPINCOUNT``, see ``WORKER_SPINCOUNT``) unless the user
+    set it or ``OMP_WAIT_POLICY``.
     """
     env = dict(os.environ)
+    if "OMP_WAIT_POLICY" not in env:
+        env.setdefault("GOMP_SPINCOUNT", WORKER_SPINCOUNT)
     if env.get(NO_KEEP_LARGE_ENV, "") not in ("", "0"):
         return env
     shim = _keeper_path()

@@ -211,17 +211,25 @@ def run_case(
     broken: dict[str, Outcome] = {}
     # observed in case order, except that checks reading none of the trial's results
     # (the invariance checks, with pools of their own; integrity) come last: a trial's
-    # Qwen3-sized gradient is freed before an invariance pool is drawn beside it; and
-    # before a check that needs small inputs only, the trial's inputs are let go of when
-    # the store can map them again (a reader that does need them maps them back)
+    # Qwen3-sized gradient is freed before an invariance pool is drawn beside it; and once
+    # the checks left to observe a trial need small inputs only, the trial lets go of its
+    # inputs when the store can map them again (a reader that does need them maps them back)
     observe_order = sorted(active.items(), key=lambda item: not item[1].uses)
     for trial in trials:
-        for name, check in observe_order:
-            if check.small_inputs:
-                trial.unmap_inputs()
+        last_full = max(
+            (
+                k
+                for k, (name, check) in enumerate(observe_order)
+                if not check.small_inputs and id(trial) in wanted[name]
+            ),
+            default=-1,
+        )
+        for k, (name, check) in enumerate(observe_order):
             if name in broken or id(trial) not in wanted[name]:
                 trial.finished(name)
                 continue
+            if k > last_full:
+                trial.unmap_inputs()
             t0 = time.perf_counter()
             progress(name, f"seed {trial.seed}")
             try:

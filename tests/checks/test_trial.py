@@ -82,14 +82,21 @@ def test_invariance_observes_after_the_trial_gradient_is_freed(catalog, monkeypa
     assert list(res) == checks  # reported in the order asked for
 
 
-@pytest.mark.parametrize("stored", [True, False], ids=["stored", "no-store"])
+@pytest.mark.parametrize(
+    ("stored", "small_first"),
+    [(True, False), (False, False), (True, True)],
+    ids=["stored", "no-store", "stored-contract-first"],
+)
 def test_checks_needing_small_inputs_run_without_the_trials_inputs_mapped(
-    catalog, monkeypatch, stored
+    catalog, monkeypatch, stored, small_first
 ):
-    """Before contract, the invariance checks and integrity (small inputs only) the trial
-    lets go of its inputs when the store holds them, so at the Qwen3 shape 2.4 GB are not
-    resident beside their draws; a reader maps them back, with the same values. Without
-    a store they are kept: nothing would be drawn again."""
+    """Once the checks left to observe a trial need small inputs only (contract, the
+    invariance checks, integrity), the trial lets go of its inputs when the store holds
+    them, so at the Qwen3 shape 2.4 GB are not resident beside their draws; a reader maps
+    them back, with the same values. Without a store they are kept (nothing is drawn
+    again), and a small-input check asked for before a full one does not let go of them."""
+    import weakref
+
     import torch
 
     from kernelcheck import api
@@ -98,24 +105,37 @@ def test_checks_needing_small_inputs_run_without_the_trials_inputs_mapped(
 
     if not stored:
         monkeypatch.setattr(shared, "make_run_folder", lambda: None)
-    full = ("backward_accuracy", "determinism")  # they call at the trial's size
+    full = ("forward_accuracy", "backward_accuracy", "determinism")  # at the trial's size
     small = ("contract", "forward_invariance", "integrity")
-    held = {}  # (candidate, check) -> trial inputs held: after a full check, before a small
-    first_rows = []
+    events = []  # per candidate, in order: (check, inputs held as it starts)
+    seen = {}  # candidate -> (the inputs' first rows, a weak reference to them) when full
+    again = {}  # candidate -> the first rows integrity reads after the letting go
     for name in full + small:
         cls = CHECKS[name]
 
         def spy(self, trial, _observe=cls.observe, _name=name):
-            key = (self.ctx.case.candidate, _name)
-            if _name in small:
-                held[key] = "cpu_inputs" in trial.__dict__
-            if _name == "integrity":  # reads them again: mapped back, the same values
-                first_rows.append(trial.cpu_inputs["logits"].reshape(-1, 257)[:2].clone())
+            cand = self.ctx.case.candidate
+            events.append((cand, _name, "cpu_inputs" in trial.__dict__))
+            if _name == "integrity":
+                again[cand] = trial.cpu_inputs["logits"].reshape(-1, 257)[:2].clone()
             _observe(self, trial)
             if _name in full:
-                held[key] = "cpu_inputs" in trial.__dict__
+                logits = trial.cpu_inputs["logits"]
+                seen[cand] = (logits.reshape(-1, 257)[:2].clone(), weakref.ref(logits))
 
         monkeypatch.setattr(cls, "observe", spy)
+    let_go = []
+    unmap = Trial.unmap_inputs
+
+    def spy_unmap(self):
+        held = "cpu_inputs" in self.__dict__
+        unmap(self)
+        if held and "cpu_inputs" not in self.__dict__:
+            let_go.append((self.ctx.case.candidate, len(events)))
+
+    monkeypatch.setattr(Trial, "unmap_inputs", spy_unmap)
+    # contract asked for between full checks, after the inputs are mapped
+    checks = [full[0], "contract", *full[1:], *small[1:]] if small_first else [*full, *small]
     report = api.run(
         with_candidate(catalog, "twin", "plain_torch:logp"),
         "logp",
@@ -123,12 +143,22 @@ def test_checks_needing_small_inputs_run_without_the_trials_inputs_mapped(
         device="cpu",
         dtype_names="fp32",
         shape=SMALL,
-        check_names=list(full + small),
+        check_names=checks,
         seeds=[0],
         isolate=False,
     )
     assert {r.status for r in report.results} == {"pass"}, report.results
     for cand in ("torch", "twin"):
-        assert all(held[(cand, name)] for name in full)
-        assert [held[(cand, name)] for name in small] == [not stored] * 3, cand
-    assert len(first_rows) == 2 and torch.equal(first_rows[0], first_rows[1])
+        mine = [(name, held) for c, name, held in events if c == cand]
+        order = [name for name, _ in mine]
+        assert order == checks
+        after_full = order.index("determinism") + 1
+        # let go of only with a store, first after the last full check (again after a
+        # small check mapped them back)
+        when = [k - sum(1 for c, _, _ in events[:k] if c != cand) for c, k in let_go if c == cand]
+        assert (when[:1] == [after_full] and min(when) == after_full) if stored else not when
+        assert [held for _, held in mine[after_full:]] == [not stored] * len(order[after_full:])
+        rows, ref = seen[cand]
+        assert torch.equal(again[cand], rows)  # mapped back: the values the full checks saw
+        if stored:
+            assert ref() is None  # let go of, not still held somewhere
