@@ -317,22 +317,22 @@ class Executor:
                 op, replace(case, checks=tuple(pending)), set(), "error", message, options
             )
 
+    def _closing(self) -> list[IsolatedWorker]:
+        """Start no worker from now on; the workers started so far."""
+        with self._lock:
+            self.closed = True
+            return list(self.workers.values())
+
     def kill(self) -> None:
         """Kill every worker now (their pipes stay open until :meth:`close`, so a thread
         still reading one reads its end, never a reused descriptor)."""
-        with self._lock:
-            self.closed = True
-            workers = list(self.workers.values())
-        for worker in workers:
+        for worker in self._closing():
             worker.kill()
 
     def close(self) -> None:
-        with self._lock:
-            self.closed = True
-            workers = list(self.workers.values())
-            self.workers.clear()
-        for worker in workers:
+        for worker in self._closing():
             worker.stop()
+        self.workers.clear()
 
 
 def _pass_on(gen, pending: list[str]):

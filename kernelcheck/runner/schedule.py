@@ -100,7 +100,6 @@ class Schedule:
         self.sharing = set(shared_groups(cases)) if folder is not None else set()
         self.keys = {g: k for k, g in enumerate(self.members)}
         self.on_start: Callable[[int], None] = lambda i: None
-        self.candidates = len({c.candidate for c in cases})
         self.head = 0  # side by side: the first case not yet wholly given out
         self.slots: dict[int, _Slot] = {}
         self.done: set[int] = set()
