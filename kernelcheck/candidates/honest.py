@@ -1,10 +1,12 @@
 """Helpers for writing honest, batch-invariant torch candidates (public: import them).
 
-On the CPU, plain torch ops can give a row other bits depending on its batch:
+Plain torch ops can give a row other bits depending on its batch:
 
-- a reduction over a long last dim is split across threads when rows are few
+- on the CPU a reduction over a long last dim is split across threads when rows are few
   (``x.sum(-1)`` of one 151936-element row is summed in parts, of 64 rows in one
-  pass each): :func:`fixed_order_row_sum` sums in an order fixed by the row length;
+  pass each); on a GPU the reduction's layout (threads per row, vector width, splits
+  across blocks) is picked from the number of rows and the data's alignment:
+  :func:`fixed_order_row_sum` sums in an order fixed by the row length, on any device;
 - an elementwise transcendental (``torch.sigmoid``) computes whole SIMD vectors and a
   scalar tail with other bits, and where a row's elements fall depends on the batch:
   :func:`fixed_lanes` keeps each element in a lane fixed by its column.
@@ -31,14 +33,18 @@ CHUNK_ELEMENTS = 32768  # torch's parallel grain: a chunk this size runs on one 
 
 
 def fixed_order_row_sum(x: torch.Tensor) -> torch.Tensor:
-    """Sum over the last dim in an order that depends on its length alone.
+    """Sum over the last dim in an order that depends on its length alone, on any device.
 
-    A plain ``x.sum(-1)`` on the CPU splits a long row across threads when there are
+    On the CPU: a plain ``x.sum(-1)`` splits a long row across threads when there are
     fewer rows than threads, so a row's sum depends on the batch size (kernelcheck's
     ``backward_invariance`` catches it at V=151936). Summing fixed 1024-element chunks
     (the tail as one more), then the chunk sums, keeps every reduction below torch's
-    split threshold. Importable for your own honest torch candidates.
+    split threshold. Elsewhere (CUDA, NPU), where a reduction's layout follows the
+    number of rows and the alignment, :func:`pairwise_row_sum`. A choice by device,
+    never by batch. Importable for your own honest torch candidates.
     """
+    if x.device.type != "cpu":
+        return pairwise_row_sum(x)
     vocab = x.shape[-1]
     if vocab <= SUM_CHUNK:
         return x.sum(dim=-1)
@@ -47,6 +53,26 @@ def fixed_order_row_sum(x: torch.Tensor) -> torch.Tensor:
     if full < vocab:
         parts = torch.cat([parts, x[..., full:].sum(dim=-1, keepdim=True)], dim=-1)
     return parts.sum(dim=-1)
+
+
+def pairwise_row_sum(x: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dim by a tree of element-wise adds fixed by its length: the
+    first half plus the second, again and again (an odd last element is carried up).
+
+    No reduction kernel is involved: each add is one correctly rounded fp32 addition per
+    element, which every device computes alike whatever the batch, the thread layout or
+    the alignment. About twice the reads of one pass; the tree is pairwise, so its error
+    grows with log2 of the length.
+    """
+    n = x.shape[-1]
+    if n == 0:
+        return x.sum(dim=-1)
+    while n > 1:
+        half = n // 2
+        summed = x[..., :half] + x[..., half : 2 * half]
+        x = torch.cat([summed, x[..., 2 * half :]], dim=-1) if n % 2 else summed
+        n = x.shape[-1]
+    return x[..., 0]
 
 
 def fixed_lanes(fn, g: torch.Tensor) -> torch.Tensor:
