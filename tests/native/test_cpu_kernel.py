@@ -34,6 +34,92 @@ def _assert_close_fwd(out, ref):
 def _restore_threads():
     yield
     cpu.set_num_threads(0)
+    cpu.set_isa(None)
+
+
+def _has_avx512() -> str | None:
+    """None where the AVX-512 build can run here, else why not."""
+    try:
+        cpu.set_isa("avx512")
+    except RuntimeError as exc:
+        return str(exc)
+    finally:
+        cpu.set_isa(None)
+    return None
+
+
+def _special_logits(rows: int, vocab: int, dtype, seed: int) -> torch.Tensor:
+    """Random rows plus the values where two instruction sequences could part: -inf runs, a
+    NaN, an all -inf row, the dtype's largest value, rows offset far from zero, equal rows,
+    and subnormal-producing gaps."""
+    x = _logits(rows, vocab, dtype, seed=seed, scale=5.0)
+    big = torch.finfo(dtype).max
+    x[1, ::7] = float("-inf")
+    x[2, vocab // 2] = float("nan")
+    x[3] = float("-inf")
+    x[4, 0] = big
+    x[5] += 6e4 if dtype == torch.float16 else 1e4
+    x[6] = 1.0
+    x[7, 1:] = -90.0  # exp(-90) is under fp32's smallest normal
+    return x
+
+
+@pytest.mark.parametrize("dtype", R.DTYPES, ids=str)
+def test_avx512_build_gives_the_avx2_bits(dtype):
+    """The AVX-512 build is the AVX2 one with 16 lanes per instruction: every output and
+    gradient bit the same, for every vocab shape (partial chunks and lane groups), special
+    values, strided and misaligned rows. This is what lets the CPU pick the build."""
+    reason = _has_avx512()
+    if reason:
+        pytest.skip(f"AVX-512 build cannot run here: {reason}")
+    for vocab in (1, 15, 16, 17, 33, 2047, 2048, 2049, 4097, 10000, 151936):
+        rows = 11 if vocab > 20000 else 37
+        x = (
+            _special_logits(rows, vocab, dtype, seed=vocab)
+            if vocab > 8
+            else _logits(rows, vocab, dtype)
+        )
+        t = R.make_targets(rows, vocab, _gen(vocab))
+        g = torch.randn(rows, generator=_gen(2))
+        views = {"contiguous": x, "misaligned": R.misaligned_copy(x, 3)}
+        got = {}
+        for isa in ("avx2", "avx512"):
+            cpu.set_isa(isa)
+            assert cpu.isa() == isa
+            for name, v in views.items():
+                xr = v.detach().requires_grad_(True)  # same storage: the misalignment stays
+                out = cpu.logp(xr, t)
+                (grad,) = torch.autograd.grad(out, xr, g)
+                got[isa, name] = (R.bits(out), R.bits(grad))
+        for name in views:
+            a, b = got["avx2", name], got["avx512", name]
+            assert torch.equal(a[0], b[0]), (vocab, name, "forward")
+            assert torch.equal(a[1], b[1]), (vocab, name, "backward")
+
+
+def test_isa_choice():
+    """The best build runs by default; an unknown name is refused; AVX2 always runs."""
+    default = cpu.isa()
+    assert default == ("avx512" if _has_avx512() is None else "avx2")
+    cpu.set_isa("avx2")
+    assert cpu.isa() == "avx2"
+    cpu.set_isa(None)
+    assert cpu.isa() == default
+    with pytest.raises(ValueError):
+        cpu.set_isa("sse2")
+
+
+def test_isa_from_the_environment(monkeypatch):
+    """KERNELCHECK_CPU_ISA picks the build at the first call; a bad value makes the
+    candidate unavailable with the reason instead of failing its calls."""
+    monkeypatch.setattr(cpu, "_env_applied", False)
+    monkeypatch.setenv(cpu.ISA_ENV, "avx2")
+    assert cpu.probe("cpu") is None and cpu.isa() == "avx2"
+    assert cpu.IMPLEMENTATION == "native:cpu-avx2"
+    monkeypatch.setattr(cpu, "_env_applied", False)
+    monkeypatch.setenv(cpu.ISA_ENV, "sse2")
+    reason = cpu.probe("cpu")
+    assert reason.startswith("KERNELCHECK_CPU_ISA: unknown instruction set 'sse2'")
 
 
 def test_probe_and_status():

@@ -1,13 +1,24 @@
-"""The ``native-cpu`` candidate: libkc_logp_cpu (deterministic AVX2 kernel) through ctypes."""
+"""The ``native-cpu`` candidate: libkc_logp_cpu (deterministic AVX2 / AVX-512) through ctypes.
+
+The library holds two builds of the same row loops, AVX2 and AVX-512 (one 16-lane register
+where AVX2 takes two 8-lane ones), which give the same bits; the best the CPU has runs
+unless :func:`set_isa` or ``KERNELCHECK_CPU_ISA=avx2|avx512`` (read at the first call) says
+otherwise. ``IMPLEMENTATION`` names the one in use.
+"""
 
 from __future__ import annotations
+
+import os
 
 import torch
 
 from kernelcheck.candidates.native import _common, library
 
-IMPLEMENTATION = "native:cpu-avx2"
 BACKEND = "cpu"
+ISAS = {"avx2": 1, "avx512": 2}  # enum kc_cpu_isa
+ISA_ENV = "KERNELCHECK_CPU_ISA"
+_KC_ERR_DEVICE = 5
+_env_applied = False
 
 
 def probe(device: str) -> str | None:
@@ -15,9 +26,13 @@ def probe(device: str) -> str | None:
     if str(device).split(":", 1)[0] != "cpu":
         return "needs device cpu"
     st = library.library_status(BACKEND)
-    if st["status"] == "available":
-        return None
-    return st["reason"]
+    if st["status"] != "available":
+        return st["reason"]
+    try:
+        _apply_env_isa()
+    except (ValueError, RuntimeError) as exc:
+        return f"{ISA_ENV}: {exc}"
+    return None
 
 
 def logp(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -26,7 +41,18 @@ def logp(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     logits: [..., V] float32/bfloat16/float16 on CPU; target: [...] int64. Differentiable
     with respect to ``logits`` (native backward kernel).
     """
+    _apply_env_isa()
     return _common.logp(BACKEND, "cpu", logits, target)
+
+
+def _apply_env_isa() -> None:
+    """``KERNELCHECK_CPU_ISA``, once per process (isolated workers inherit it)."""
+    global _env_applied
+    if not _env_applied:
+        _env_applied = True
+        name = os.environ.get(ISA_ENV, "").strip().lower()
+        if name:
+            set_isa(name)
 
 
 def set_num_threads(n: int) -> None:
@@ -37,3 +63,40 @@ def set_num_threads(n: int) -> None:
     status = lib.kc_set_num_threads(int(n))
     if status != library.KC_OK:
         raise RuntimeError(f"kc_set_num_threads failed: {library.status_string(lib, status)}")
+
+
+def isa() -> str:
+    """The instruction set the kernel runs with here (``avx2`` or ``avx512``)."""
+    lib = library.load(BACKEND)
+    if not hasattr(lib, "kc_cpu_isa"):
+        return "avx2"  # a library built before the AVX-512 unit
+    code = lib.kc_cpu_isa()
+    return next((name for name, c in ISAS.items() if c == code), f"isa {code}")
+
+
+def set_isa(name: str | None) -> None:
+    """Run the AVX2 or the AVX-512 build (``None``: the best this CPU has). The bits are the
+    same; only the speed differs. Raises ``RuntimeError`` where the CPU or build lacks it."""
+    if name is not None and name not in ISAS:
+        raise ValueError(f"unknown instruction set {name!r} (one of {', '.join(ISAS)})")
+    lib = library.load(BACKEND)
+    if not hasattr(lib, "kc_cpu_set_isa"):
+        if name in (None, "avx2"):
+            return
+        raise RuntimeError("this libkc_logp_cpu has no AVX-512 build (rebuild it)")
+    status = lib.kc_cpu_set_isa(0 if name is None else ISAS[name])
+    if status == _KC_ERR_DEVICE:
+        raise RuntimeError(f"{name} not available: this CPU or this build lacks AVX-512F")
+    if status != library.KC_OK:
+        raise RuntimeError(f"kc_cpu_set_isa failed: {library.status_string(lib, status)}")
+
+
+def __getattr__(name: str):
+    # IMPLEMENTATION says which build runs (the candidate loader reads it from the module)
+    if name == "IMPLEMENTATION":
+        try:
+            _apply_env_isa()
+            return f"native:cpu-{isa()}"
+        except library.NativeLibraryError:
+            return "native:cpu"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

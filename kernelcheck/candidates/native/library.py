@@ -110,6 +110,11 @@ def _declare(lib: ctypes.CDLL, backend: str) -> None:
     lib.kc_logp_backward.argtypes = [c_int, c_vp, c_vp, c_vp, c_vp, c_i64, c_i64, c_i64, c_vp]
     lib.kc_set_num_threads.restype = c_int
     lib.kc_set_num_threads.argtypes = [c_int]
+    if backend == "cpu" and hasattr(lib, "kc_cpu_isa"):
+        lib.kc_cpu_set_isa.restype = c_int
+        lib.kc_cpu_set_isa.argtypes = [c_int]
+        lib.kc_cpu_isa.restype = c_int
+        lib.kc_cpu_isa.argtypes = []
     if backend == "cuda":
         lib.kc_cuda_device_count.restype = c_int
         lib.kc_cuda_device_count.argtypes = []
