@@ -2,10 +2,12 @@
 # GPU check of kernelcheck on a lent CUDA machine (an H200): build the CUDA library for
 # sm_90, run the CUDA tests of the suite, then the logp checks and the bench on the GPU.
 # Every step has a timeout and its exit code goes to $OUT/exit_codes.txt; a failing step
-# never stops the later ones, so all results come back. The timeouts add up to 585 s
-# (a lease's call is at most 600 s); a healthy run takes a few minutes.
+# never stops the later ones, so all results come back. A healthy run of every step took
+# 5.6 minutes on an H200 (2026-11-30); the timeouts add up to more than one lease call's
+# 600 s, so name a subset with STEPS where a hang must not eat the call.
 #
 #   OUT=/some/dir scripts/gpu_check.sh      (run from anywhere; OUT defaults to /tmp/kernelcheck_gpu_out)
+#   STEPS="build pytest_cuda controls" scripts/gpu_check.sh   (only these steps; default: all)
 #
 # Needs there: python3 with a CUDA build of torch plus typer, rich, numpy, tabulate
 # (the device image has them), cmake, ninja (optional) and nvcc.
@@ -23,10 +25,18 @@ export PYTHONUNBUFFERED=1
 say() { echo "=== [$(($(date +%s) - START))s] $*" | tee -a "$OUT/steps.log"; }
 
 # step NAME SECONDS CMD...: run with a timeout, log to $OUT/steps.log and the console,
-# record "NAME rc" (124 = timed out), never abort the script.
+# record "NAME rc" (124 = timed out), never abort the script. Skipped unless STEPS names it
+# (configure goes with build, repros with controls).
+STEPS=${STEPS:-all}
+want() {
+    [[ $STEPS == all || " $STEPS " == *" $1 "* ]] && return 0
+    [[ $1 == configure && " $STEPS " == *" build "* ]] && return 0
+    [[ $1 == repros && " $STEPS " == *" controls "* ]]
+}
 step() {
     local name=$1 limit=$2
     shift 2
+    want "$name" || return 0
     say "step $name (timeout ${limit}s): $*"
     local rc=0
     timeout --kill-after=10 "$limit" "$@" > >(tee -a "$OUT/steps.log") 2>&1 || rc=$?
@@ -88,16 +98,23 @@ step doctor 20 "${KC[@]}" doctor
 # float64 reference, bitwise invariance (batch, alignment, stride, grid cap), the gold on
 # the GPU, and the candidate's probe.
 step pytest_cuda 75 "$PY" -m pytest -p no:cacheprovider -q -rs \
-    tests/native/test_cuda_kernel.py tests/candidates/test_native_candidates.py \
+    tests/native/test_cuda_kernel.py tests/candidates/test_native_candidates.py tests/candidates/test_honest.py \
     "tests/test_gold.py::test_gold_device_is_a_parameter"
 
 # The default logp grid, forward and backward, torch and the CUDA kernel.
 step run_grid 90 "${KC[@]}" run --op logp --device cuda --check-grad \
     --candidate torch --candidate cuda --json-out "$OUT/run.json" --format plain
+# Real-world negative controls (scripts/gpu_controls.toml: PyTorch's own CUDA reductions),
+# judged at 8 x 151936 (few long rows); then every failure's printed repro is rerun and must fail again.
+step controls 60 "${KC[@]}" run --op logp --device cuda --spec scripts/gpu_controls.toml \
+    --candidate plain-torch-cuda --candidate log-softmax-cuda --dtype fp32,bf16 \
+    --shape batch=8,vocab=151936 --no-shrink \
+    --json-out "$OUT/controls.json" --format plain
+step repros 60 "$PY" scripts/check_repros.py "$OUT/controls.json" --limit 3
 # The Qwen3 case of the CPU benchmark (16 x 256 rows at V=151936, 3 dtypes, torch and
 # cuda) with the float64 gold on the GPU, timed; phase_seconds in the JSON says where
 # the time went (the gold phase runs on the GPU there).
-step run_qwen3 150 "${TIMED[@]}" "${KC[@]}" run --op logp --device cuda \
+step run_qwen3 140 "${TIMED[@]}" "${KC[@]}" run --op logp --device cuda \
     --candidate torch --candidate cuda --batch 16 --seq 256 --vocab 151936 --no-shrink \
     --json-out "$OUT/run_qwen3.json" --format plain
 step bench 60 "${KC[@]}" bench --op logp --device cuda --candidate torch --candidate cuda \
