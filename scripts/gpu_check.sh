@@ -110,7 +110,7 @@ step controls 60 "${KC[@]}" run --op logp --device cuda --spec scripts/gpu_contr
     --candidate plain-torch-cuda --candidate log-softmax-cuda --dtype fp32,bf16 \
     --shape batch=8,vocab=151936 --no-shrink \
     --json-out "$OUT/controls.json" --format plain
-step repros 60 "$PY" scripts/check_repros.py "$OUT/controls.json" --limit 3
+step repros 120 "$PY" scripts/check_repros.py "$OUT/controls.json" --limit 3
 # The Qwen3 case of the CPU benchmark (16 x 256 rows at V=151936, 3 dtypes, torch and
 # cuda) with the float64 gold on the GPU, timed; phase_seconds in the JSON says where
 # the time went (the gold phase runs on the GPU there).
