@@ -332,6 +332,15 @@ def describe(catalog: Catalog) -> dict:
     return out
 
 
+def _with_cpu_isa(status: dict) -> dict:
+    """The cpu library's status plus which build runs (avx2 or avx512), when it can run."""
+    if status["status"] != "available":
+        return status
+    from kernelcheck.candidates.native import cpu
+
+    return {**status, "isa": cpu.isa()}
+
+
 def doctor() -> dict:
     """torch, the devices with reasons, native libraries, the NPU stack."""
     import torch
@@ -350,7 +359,7 @@ def doctor() -> dict:
         "torch_cuda": torch.version.cuda,
         "devices": devs,
         "native_libraries": {
-            "cpu": library_status("cpu"),
+            "cpu": _with_cpu_isa(library_status("cpu")),
             "cuda": library_status("cuda"),
             "ascend": ascend.library_status(),
         },

@@ -121,7 +121,7 @@ step bench 60 "${KC[@]}" bench --op logp --device cuda --candidate torch --candi
     --batch 4096 --vocab 151936 --dtype bf16,fp32 --format json --json-out "$OUT/bench.json"
 # A Qwen-vocab case at 4096 rows with gradients; one seed (the JSON report is rewritten
 # as results complete, so a timeout still returns some).
-step run_big 60 "${KC[@]}" run --op logp --device cuda --check-grad \
+step run_big 90 "${KC[@]}" run --op logp --device cuda --check-grad \
     --candidate torch --candidate cuda --batch 4096 --vocab 151936 --dtype bf16,fp32 --seed 0 \
     --json-out "$OUT/run_big.json" --format plain
 

@@ -196,6 +196,8 @@ def test_doctor_json_has_native_libraries():
             and "reason" in entry
         )
     assert data["devices"]["cpu"]["available"] is True
+    if libs["cpu"]["status"] == "available":  # which build of the cpu kernel runs here
+        assert libs["cpu"]["isa"] in ("avx2", "avx512")
     helpers = data["verifier_libraries"]  # kernelcheck's own: the metrics loop, the keeper
     assert set(helpers) == {"metrics", "keep_large"}
     assert all(h["status"] in ("available", "missing", "off") for h in helpers.values())

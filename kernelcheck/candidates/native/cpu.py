@@ -67,6 +67,10 @@ def set_num_threads(n: int) -> None:
 
 def isa() -> str:
     """The instruction set the kernel runs with here (``avx2`` or ``avx512``)."""
+    try:
+        _apply_env_isa()
+    except (ValueError, RuntimeError):
+        pass  # the probe reports a bad KERNELCHECK_CPU_ISA
     lib = library.load(BACKEND)
     if not hasattr(lib, "kc_cpu_isa"):
         return "avx2"  # a library built before the AVX-512 unit
