@@ -333,12 +333,16 @@ def describe(catalog: Catalog) -> dict:
 
 
 def _with_cpu_isa(status: dict) -> dict:
-    """The cpu library's status plus which build runs (avx2 or avx512), when it can run."""
+    """The cpu library's status plus which build runs (avx2 or avx512), when it can run,
+    and why the candidate cannot (a bad ``KERNELCHECK_CPU_ISA``)."""
     if status["status"] != "available":
         return status
     from kernelcheck.candidates.native import cpu
 
-    return {**status, "isa": cpu.isa()}
+    problem = cpu.probe("cpu")
+    return (
+        {**status, "isa": cpu.isa(), "reason": problem} if problem else {**status, "isa": cpu.isa()}
+    )
 
 
 def doctor() -> dict:

@@ -30,6 +30,7 @@
 //    lanes) and, where the CPU has it, AVX-512 (one 16-lane register). Each lane sees the same
 //    IEEE operations in the same order in both, so they give the same bits
 //    (tests/native/test_cpu_kernel.py compares them); the CPU picks which runs, never the batch.
+#include <atomic>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -40,8 +41,8 @@
 
 namespace {
 
-int g_num_threads = 0;  // 0 = hardware concurrency
-int g_isa = 0;          // KC_CPU_ISA_*; 0 = not chosen yet (the best this CPU has)
+int g_num_threads = 0;      // 0 = hardware concurrency
+std::atomic<int> g_isa{0};  // KC_CPU_ISA_*; 0 = not chosen yet (the best this CPU has)
 
 bool cpu_has_avx512() {
 #if defined(KC_HAVE_AVX512)

@@ -85,7 +85,7 @@ fi
 GEN=()
 if command -v ninja >/dev/null; then GEN=(-G Ninja); fi
 say "nvcc: $(command -v nvcc || echo 'not found'); cmake: $(cmake --version | head -1)"
-step configure 30 cmake -S . -B build/gpu "${GEN[@]}" -DCMAKE_CUDA_ARCHITECTURES=90 \
+step configure 30 cmake -S . -B build/gpu ${GEN[@]+"${GEN[@]}"} -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_BUILD_TYPE=Release
 step build 90 cmake --build build/gpu --parallel
 export KERNELCHECK_NATIVE_DIR=$ROOT/build/gpu
@@ -96,7 +96,7 @@ step doctor 20 "${KC[@]}" doctor
 
 # The suite's tests that need a GPU (skipped on CPU machines): the kernel against a
 # float64 reference, bitwise invariance (batch, alignment, stride, grid cap), the gold on
-# the GPU, and the candidate's probe.
+# the GPU, and the candidate's probe (test_honest.py runs on CPU tensors: a smoke test).
 step pytest_cuda 75 "$PY" -m pytest -p no:cacheprovider -q -rs \
     tests/native/test_cuda_kernel.py tests/candidates/test_native_candidates.py tests/candidates/test_honest.py \
     "tests/test_gold.py::test_gold_device_is_a_parameter"
@@ -110,7 +110,8 @@ step controls 60 "${KC[@]}" run --op logp --device cuda --spec scripts/gpu_contr
     --candidate plain-torch-cuda --candidate log-softmax-cuda --dtype fp32,bf16 \
     --shape batch=8,vocab=151936 --no-shrink \
     --json-out "$OUT/controls.json" --format plain
-step repros 120 "$PY" scripts/check_repros.py "$OUT/controls.json" --limit 3
+step repros 300 "$PY" scripts/check_repros.py "$OUT/controls.json" --limit 3 --timeout 90 \
+    --expect-failures
 # The Qwen3 case of the CPU benchmark (16 x 256 rows at V=151936, 3 dtypes, torch and
 # cuda) with the float64 gold on the GPU, timed; phase_seconds in the JSON says where
 # the time went (the gold phase runs on the GPU there).

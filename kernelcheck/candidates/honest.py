@@ -62,17 +62,21 @@ def pairwise_row_sum(x: torch.Tensor) -> torch.Tensor:
     No reduction kernel is involved: each add is one correctly rounded fp32 addition per
     element, which every device computes alike whatever the batch, the thread layout or
     the alignment. About twice the reads of one pass; the tree is pairwise, so its error
-    grows with log2 of the length.
+    grows with log2 of the length. 16-bit input is summed in fp32 (as torch's ``sum``
+    accumulates it) and the result rounded back once.
     """
     n = x.shape[-1]
     if n == 0:
         return x.sum(dim=-1)
+    out_dtype = x.dtype
+    if x.dtype in (torch.bfloat16, torch.float16):
+        x = x.float()
     while n > 1:
         half = n // 2
         summed = x[..., :half] + x[..., half : 2 * half]
         x = torch.cat([summed, x[..., 2 * half :]], dim=-1) if n % 2 else summed
         n = x.shape[-1]
-    return x[..., 0]
+    return x[..., 0].to(out_dtype)
 
 
 def fixed_lanes(fn, g: torch.Tensor) -> torch.Tensor:

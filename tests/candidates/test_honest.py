@@ -51,6 +51,10 @@ def test_pairwise_row_sum_is_the_fixed_tree_and_batch_invariant():
     )
     assert torch.allclose(pairwise_row_sum(x).double(), x.double().sum(-1), atol=1e-2)
     assert pairwise_row_sum(torch.zeros(2, 0)).shape == (2,)
+    half = x[:2].to(torch.bfloat16)  # 16-bit rows are summed in fp32, rounded once
+    got = pairwise_row_sum(half)
+    assert got.dtype == torch.bfloat16
+    assert torch.equal(got, pairwise_row_sum(half.float()).to(torch.bfloat16))
 
 
 def test_fixed_order_row_sum_takes_the_tree_off_the_cpu(monkeypatch):

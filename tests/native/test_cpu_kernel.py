@@ -56,6 +56,9 @@ def _special_logits(rows: int, vocab: int, dtype, seed: int) -> torch.Tensor:
     big = torch.finfo(dtype).max
     x[1, ::7] = float("-inf")
     x[2, vocab // 2] = float("nan")
+    if vocab > 2037:  # NaNs of both signs in lane 5, one in the first chunk's last group
+        x[2, 5] = float("nan")  # (columns 2032-2047): which one the row max keeps, and so
+        x[2, 2037] = -x[2, 5]  # which one comes out, is max's operand order
     x[3] = float("-inf")
     x[4, 0] = big
     x[5] += 6e4 if dtype == torch.float16 else 1e4
@@ -81,7 +84,9 @@ def test_avx512_build_gives_the_avx2_bits(dtype):
         )
         t = R.make_targets(rows, vocab, _gen(vocab))
         g = torch.randn(rows, generator=_gen(2))
-        views = {"contiguous": x, "misaligned": R.misaligned_copy(x, 3)}
+        strided = torch.empty(rows, vocab + 5, dtype=dtype)[:, 2 : 2 + vocab]
+        strided.copy_(x)
+        views = {"contiguous": x, "misaligned": R.misaligned_copy(x, 3), "strided": strided}
         got = {}
         for isa in ("avx2", "avx512"):
             cpu.set_isa(isa)
@@ -97,8 +102,11 @@ def test_avx512_build_gives_the_avx2_bits(dtype):
             assert torch.equal(a[1], b[1]), (vocab, name, "backward")
 
 
-def test_isa_choice():
+def test_isa_choice(monkeypatch):
     """The best build runs by default; an unknown name is refused; AVX2 always runs."""
+    monkeypatch.delenv(cpu.ISA_ENV, raising=False)
+    monkeypatch.setattr(cpu, "_env_applied", False)
+    cpu.set_isa(None)
     default = cpu.isa()
     assert default == ("avx512" if _has_avx512() is None else "avx2")
     cpu.set_isa("avx2")
@@ -111,15 +119,20 @@ def test_isa_choice():
 
 def test_isa_from_the_environment(monkeypatch):
     """KERNELCHECK_CPU_ISA picks the build at the first call; a bad value makes the
-    candidate unavailable with the reason instead of failing its calls."""
+    candidate unavailable with the reason, at every probe, instead of failing its calls;
+    an explicit set_isa wins over it."""
     monkeypatch.setattr(cpu, "_env_applied", False)
     monkeypatch.setenv(cpu.ISA_ENV, "avx2")
     assert cpu.probe("cpu") is None and cpu.isa() == "avx2"
     assert cpu.IMPLEMENTATION == "native:cpu-avx2"
     monkeypatch.setattr(cpu, "_env_applied", False)
     monkeypatch.setenv(cpu.ISA_ENV, "sse2")
-    reason = cpu.probe("cpu")
-    assert reason.startswith("KERNELCHECK_CPU_ISA: unknown instruction set 'sse2'")
+    for _ in range(2):  # not only the first time
+        reason = cpu.probe("cpu")
+        assert reason.startswith("KERNELCHECK_CPU_ISA: unknown instruction set 'sse2'")
+    assert cpu.IMPLEMENTATION == "native:cpu"  # no exception where the loader reads it
+    cpu.set_isa("avx2")  # an explicit choice
+    assert cpu.probe("cpu") is None and cpu.isa() == "avx2"
 
 
 def test_probe_and_status():

@@ -46,13 +46,19 @@ def logp(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def _apply_env_isa() -> None:
-    """``KERNELCHECK_CPU_ISA``, once per process (isolated workers inherit it)."""
+    """``KERNELCHECK_CPU_ISA``, once per process (isolated workers inherit it), unless
+    :func:`set_isa` chose first. A bad value raises every time, so every probe says why."""
+    if _env_applied:
+        return
+    name = os.environ.get(ISA_ENV, "").strip().lower()
+    if name:
+        set_isa(name)  # marks it applied once it worked
+    _mark_applied()
+
+
+def _mark_applied() -> None:
     global _env_applied
-    if not _env_applied:
-        _env_applied = True
-        name = os.environ.get(ISA_ENV, "").strip().lower()
-        if name:
-            set_isa(name)
+    _env_applied = True
 
 
 def set_num_threads(n: int) -> None:
@@ -86,6 +92,7 @@ def set_isa(name: str | None) -> None:
     lib = library.load(BACKEND)
     if not hasattr(lib, "kc_cpu_set_isa"):
         if name in (None, "avx2"):
+            _mark_applied()
             return
         raise RuntimeError("this libkc_logp_cpu has no AVX-512 build (rebuild it)")
     status = lib.kc_cpu_set_isa(0 if name is None else ISAS[name])
@@ -93,6 +100,7 @@ def set_isa(name: str | None) -> None:
         raise RuntimeError(f"{name} not available: this CPU or this build lacks AVX-512F")
     if status != library.KC_OK:
         raise RuntimeError(f"kc_cpu_set_isa failed: {library.status_string(lib, status)}")
+    _mark_applied()  # an explicit choice wins over the environment
 
 
 def __getattr__(name: str):
@@ -101,6 +109,6 @@ def __getattr__(name: str):
         try:
             _apply_env_isa()
             return f"native:cpu-{isa()}"
-        except library.NativeLibraryError:
-            return "native:cpu"
+        except (library.NativeLibraryError, ValueError, RuntimeError):
+            return "native:cpu"  # not built, or a bad KERNELCHECK_CPU_ISA (the probe says)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
