@@ -339,10 +339,11 @@ def _with_cpu_isa(status: dict) -> dict:
         return status
     from kernelcheck.candidates.native import cpu
 
+    info = {**status, "isa": cpu.isa()}
     problem = cpu.probe("cpu")
-    return (
-        {**status, "isa": cpu.isa(), "reason": problem} if problem else {**status, "isa": cpu.isa()}
-    )
+    if problem:
+        info["reason"] = problem
+    return info
 
 
 def doctor() -> dict:

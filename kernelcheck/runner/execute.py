@@ -332,7 +332,8 @@ class Executor:
     def close(self) -> None:
         for worker in self._closing():
             worker.stop()
-        self.workers.clear()
+        with self._lock:
+            self.workers.clear()
 
 
 def _pass_on(gen, pending: list[str]):

@@ -28,11 +28,7 @@ def probe(device: str) -> str | None:
     st = library.library_status(BACKEND)
     if st["status"] != "available":
         return st["reason"]
-    try:
-        _apply_env_isa()
-    except (ValueError, RuntimeError) as exc:
-        return f"{ISA_ENV}: {exc}"
-    return None
+    return _env_isa_problem()
 
 
 def logp(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -56,6 +52,15 @@ def _apply_env_isa() -> None:
     _mark_applied()
 
 
+def _env_isa_problem() -> str | None:
+    """Apply ``KERNELCHECK_CPU_ISA`` if not yet done; why it cannot be (None: it was)."""
+    try:
+        _apply_env_isa()
+    except (ValueError, RuntimeError) as exc:
+        return f"{ISA_ENV}: {exc}"
+    return None
+
+
 def _mark_applied() -> None:
     global _env_applied
     _env_applied = True
@@ -73,10 +78,7 @@ def set_num_threads(n: int) -> None:
 
 def isa() -> str:
     """The instruction set the kernel runs with here (``avx2`` or ``avx512``)."""
-    try:
-        _apply_env_isa()
-    except (ValueError, RuntimeError):
-        pass  # the probe reports a bad KERNELCHECK_CPU_ISA
+    _env_isa_problem()  # a bad KERNELCHECK_CPU_ISA leaves the default; the probe says why
     lib = library.load(BACKEND)
     if not hasattr(lib, "kc_cpu_isa"):
         return "avx2"  # a library built before the AVX-512 unit
@@ -107,8 +109,7 @@ def __getattr__(name: str):
     # IMPLEMENTATION says which build runs (the candidate loader reads it from the module)
     if name == "IMPLEMENTATION":
         try:
-            _apply_env_isa()
-            return f"native:cpu-{isa()}"
-        except (library.NativeLibraryError, ValueError, RuntimeError):
-            return "native:cpu"  # not built, or a bad KERNELCHECK_CPU_ISA (the probe says)
+            return "native:cpu" if _env_isa_problem() else f"native:cpu-{isa()}"
+        except library.NativeLibraryError:
+            return "native:cpu"  # not built (the probe says)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
