@@ -354,6 +354,8 @@ def doctor(
         console.print(" ".join(p for p in parts if p), highlight=False)
     for name, lib in info["verifier_libraries"].items():
         parts = [f"helper {name}: {lib['status']}", lib.get("path"), lib.get("reason")]
+        if lib.get("isa"):
+            parts.append(f"({lib['isa']} loop in use)")
         console.print(" ".join(p for p in parts if p), highlight=False)
     npu = info["npu_stack"]
     console.print(

@@ -4,6 +4,7 @@
 // float64 error, its max and sum, the bad count, the ULP steps, their histogram, the column and
 // row maxima). At the Qwen3 shape a gradient is 622M elements and those passes cost ~13 s per
 // comparison on 2 cores; this file computes the same numbers reading each element once.
+// The loop itself is in compare_rows.h (baseline and AVX2 copies, see there);
 // kernelcheck/checks/fastpath.py calls it through ctypes and falls back to the torch passes
 // whenever it does not apply (no library, a non-CPU tensor, any NaN/Inf in the chunk).
 //
@@ -13,200 +14,25 @@
 //    -ffp-contract=off so no multiply-add is fused.
 //  * The gold is rounded to the candidate's dtype as torch rounds a float64 tensor: to float first,
 //    then (bf16, fp16) to nearest even from the float.
-//  * ULP steps are counted on magnitudes as metrics.step_distance does; 64-bit here, so no wrap.
+//  * ULP steps are counted on magnitudes as metrics.step_distance does; 32-bit here (finite
+//    magnitudes are below 0x7F800000, so even their sum fits), so no wrap.
 //  * Every per-row result comes from one thread, visiting the row's columns in order; per-column
 //    maxima and histogram counts are merged after the threads join (max and integer sums do not
 //    depend on the order). Only the row sums of |err| differ from torch's (another summation
 //    order), and they feed the reported mean error alone, never a verdict.
 #include <algorithm>
-#include <cmath>
+#include <atomic>
 #include <cstdint>
-#include <cstring>
 #include <thread>
 #include <vector>
+
+#include "compare_rows.h"
 
 #define KC_API extern "C" __attribute__((visibility("default")))
 
 namespace {
 
 constexpr int kAbiVersion = 1;
-constexpr int kBuckets = 34;  // metrics.ULP_BUCKETS: [0] exact, [k] bit length k of the steps
-enum Dtype { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
-enum Status { kOk = 0, kNonFinite = 1, kBadArgs = 2 };
-
-inline uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-inline float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// float -> bfloat16 bits, round to nearest even (c10::BFloat16's rounding).
-inline uint16_t bf16_from_float(float f) {
-  uint32_t u = float_bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FC0;
-  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-// float -> IEEE half bits, round to nearest even, subnormals and overflow to inf included.
-inline uint16_t f16_from_float(float f) {
-  uint32_t u = float_bits(f);
-  uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  uint32_t a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return sign | 0x7E00;   // NaN
-  if (a >= 0x477FF000u) return sign | 0x7C00;  // 65520 and up round to inf
-  if (a < 0x38800000u) {                       // below 2^-14: a half subnormal (or zero)
-    // units of 2^-24, rounded to nearest even; 1024 units is the smallest normal's encoding
-    return sign | static_cast<uint16_t>(std::nearbyint(bits_float(a) * 16777216.0f));
-  }
-  uint32_t h = (a - 0x38000000u) >> 13;  // exponent rebias (127 - 15) and 10 mantissa bits
-  uint32_t rest = a & 0x1FFFu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry moves the exponent up
-  return sign | static_cast<uint16_t>(h);
-}
-
-inline float f16_to_float(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1Fu, man = h & 0x3FFu;
-  if (exp == 0) {
-    float v = static_cast<float>(man) * (1.0f / 16777216.0f);  // exact: man * 2^-24
-    return bits_float(float_bits(v) | sign);
-  }
-  if (exp == 31) return bits_float(sign | 0x7F800000u | (man << 13));
-  return bits_float(sign | ((exp + 112u) << 23) | (man << 13));
-}
-
-// The candidate element as float, and its bits and the rounded gold's bits as signed ints of
-// the candidate dtype's width, sign-extended to 32 bits (as metrics.step_distance views them).
-struct Element {
-  float value;
-  int32_t cand_bits;
-  int32_t gold_bits;
-};
-
-template <int D>
-inline Element element(const void* cand, int64_t j, double gold) {
-  float g = static_cast<float>(gold);
-  if constexpr (D == kFloat32) {
-    float c = static_cast<const float*>(cand)[j];
-    return {c, static_cast<int32_t>(float_bits(c)), static_cast<int32_t>(float_bits(g))};
-  } else if constexpr (D == kBFloat16) {
-    uint16_t c = static_cast<const uint16_t*>(cand)[j];
-    return {bits_float(static_cast<uint32_t>(c) << 16), static_cast<int16_t>(c),
-            static_cast<int16_t>(bf16_from_float(g))};
-  } else {
-    uint16_t c = static_cast<const uint16_t*>(cand)[j];
-    return {f16_to_float(c), static_cast<int16_t>(c), static_cast<int16_t>(f16_from_float(g))};
-  }
-}
-
-struct RowStats {
-  double max_abs = 0, sum_abs = 0, max_rel = 0, gold_absmax = 0;
-  int64_t n_bad = 0, first_bad = -1;
-  uint64_t max_steps = 0;
-};
-
-// Four histograms, element j counted in copy j % 4: consecutive elements mostly land in the
-// same bucket, and four copies keep their increments from waiting on each other.
-using Histograms = int64_t[4][kBuckets];
-
-// Columns [j0, j1) of one row into its running statistics. False when an element is NaN/Inf.
-template <int D>
-bool compare_columns(const void* cand, const double* gold, int64_t j0, int64_t j1, double atol,
-                     double rtol, double* col_max, Histograms& hist, RowStats& s) {
-  constexpr uint32_t kMagnitude = D == kFloat32 ? 0x7FFFFFFFu : 0x7FFFu;
-  // The row's running values in locals: stores to col_max and hist may alias a RowStats field
-  // as far as the compiler knows, and it would load and store each of them on every element.
-  double max_abs = s.max_abs, max_rel = s.max_rel, gold_absmax = s.gold_absmax;
-  int64_t n_bad = s.n_bad, first_bad = s.first_bad;
-  uint64_t max_steps = s.max_steps;
-  // |err| summed in four interleaved partial sums (element j into sum[j % 4]), added to the
-  // row's sum per block: one chain of dependent additions would cost an add latency per
-  // element. The order depends on the columns and kBlockColumns alone, never on threads.
-  double sum[4] = {0.0, 0.0, 0.0, 0.0};
-  for (int64_t j = j0; j < j1; ++j) {
-    const double g = gold[j];
-    const Element e = element<D>(cand, j, g);
-    if (!std::isfinite(e.value) || !std::isfinite(g)) return false;  // redone by torch passes
-    const double err = std::fabs(static_cast<double>(e.value) - g);
-    const double gabs = std::fabs(g);
-    const bool bad = rtol != 0.0 ? err > gabs * rtol + atol : err > atol;
-    if (bad) {
-      if (first_bad < 0) first_bad = j;
-      ++n_bad;
-    }
-    max_abs = std::max(max_abs, err);
-    sum[j & 3] += err;
-    gold_absmax = std::max(gold_absmax, gabs);
-    // the relative error is divided out only where it may be a new maximum (the margin
-    // covers the product's rounding), so the maximum is the exact max of err / |g|
-    const double denom = std::max(gabs, 1e-12);
-    if (err > max_rel * denom * (1 - 1e-12)) max_rel = std::max(max_rel, err / denom);
-    col_max[j] = std::max(col_max[j], err);
-    // steps between magnitudes: their difference when the signs agree, else their sum;
-    // blended without branches (which way a comparison goes is a coin toss per element)
-    const int64_t mc = static_cast<uint32_t>(e.cand_bits) & kMagnitude;
-    const int64_t mg = static_cast<uint32_t>(e.gold_bits) & kMagnitude;
-    const int64_t diff = mc - mg;
-    const int64_t sign = diff >> 63;  // -1 when mg > mc
-    const uint64_t differ = static_cast<uint64_t>((e.cand_bits ^ e.gold_bits) >> 31);  // all ones
-    const uint64_t steps = (static_cast<uint64_t>(mc + mg) & differ) |
-                           (static_cast<uint64_t>((diff ^ sign) - sign) & ~differ);
-    // the bit length of steps (0 for none), without a branch: whether an element is exact
-    // is a coin toss, and a mispredicted branch per element cost more than the rest
-    const int length = static_cast<int>(steps != 0) * (64 - __builtin_clzll(steps | 1));
-    ++hist[j & 3][length];
-    max_steps = std::max(max_steps, steps);
-  }
-  s.max_abs = max_abs;
-  s.max_rel = max_rel;
-  s.gold_absmax = gold_absmax;
-  s.sum_abs += (sum[0] + sum[1]) + (sum[2] + sum[3]);
-  s.n_bad = n_bad;
-  s.first_bad = first_bad;
-  s.max_steps = max_steps;
-  return true;
-}
-
-// Rows [r0, r1), in blocks of kBlockColumns columns across all the rows: the block's slice of
-// col_max stays in cache instead of streaming a 1.2 MB array per row.
-constexpr int64_t kBlockColumns = 4096;
-
-template <int D>
-bool compare_rows(const void* cand, const double* gold, int64_t r0, int64_t r1, int64_t cols,
-                  double atol, double rtol, double* row_out, int64_t* row_count, double* col_max,
-                  int64_t* hist) {
-  const int64_t elem = D == kFloat32 ? 4 : 2;
-  std::vector<RowStats> stats(r1 - r0);
-  Histograms h = {};
-  for (int64_t j0 = 0; j0 < cols; j0 += kBlockColumns) {
-    const int64_t j1 = std::min(cols, j0 + kBlockColumns);
-    for (int64_t r = r0; r < r1; ++r) {
-      const void* crow = static_cast<const char*>(cand) + r * cols * elem;
-      if (!compare_columns<D>(crow, gold + r * cols, j0, j1, atol, rtol, col_max, h, stats[r - r0]))
-        return false;
-    }
-  }
-  for (int64_t r = r0; r < r1; ++r) {
-    const RowStats& s = stats[r - r0];
-    double* o = row_out + 4 * r;
-    o[0] = s.max_abs;
-    o[1] = s.sum_abs;
-    o[2] = s.max_rel;
-    o[3] = s.gold_absmax;
-    int64_t* n = row_count + 3 * r;
-    n[0] = s.n_bad;
-    n[1] = s.first_bad;
-    n[2] = static_cast<int64_t>(s.max_steps);
-  }
-  for (int b = 0; b < kBuckets; ++b) hist[b] += h[0][b] + h[1][b] + h[2][b] + h[3][b];
-  return true;
-}
 
 // How many threads share rows x cols: up to `threads`, none for less than 64K elements each.
 int64_t thread_count(int64_t rows, int64_t cols, int threads) {
@@ -227,6 +53,28 @@ void over_rows(int64_t rows, int64_t nt, Fn fn) {
   }
   fn(0, 0, rows / nt);
   for (auto& t : pool) t.join();
+}
+
+// Which copy of the loop runs: the AVX2 one where the build has it and the CPU can run it (both
+// give the same numbers); kc_metrics_use_avx2(0) pins the baseline (the tests compare the two).
+#if defined(KC_METRICS_HAVE_AVX2) && (defined(__x86_64__) || defined(__i386__))
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+}
+std::atomic<bool> g_avx2{cpu_has_avx2()};
+#else
+bool cpu_has_avx2() { return false; }
+std::atomic<bool> g_avx2{false};
+#endif
+
+kc_metrics::CompareRows compare_for(int dtype) {
+#if defined(KC_METRICS_HAVE_AVX2) && (defined(__x86_64__) || defined(__i386__))
+  if (g_avx2.load()) return kc_metrics::compare_rows_avx2[dtype];
+#endif
+  return dtype == kFloat32    ? &compare_rows<kFloat32>
+         : dtype == kBFloat16 ? &compare_rows<kBFloat16>
+                              : &compare_rows<kFloat16>;
 }
 
 }  // namespace
@@ -251,9 +99,7 @@ static int compare_rows_impl(int dtype, const void* cand, const double* gold, in
   std::vector<double> cols_of((nt - 1) * cols, 0.0);
   std::vector<int64_t> hist_of((nt - 1) * kBuckets, 0);
   std::vector<char> ok(nt, 1);
-  auto* compare = dtype == kFloat32    ? &compare_rows<kFloat32>
-                  : dtype == kBFloat16 ? &compare_rows<kBFloat16>
-                                       : &compare_rows<kFloat16>;
+  const kc_metrics::CompareRows compare = compare_for(dtype);
   over_rows(rows, nt, [&](int64_t k, int64_t r0, int64_t r1) {
     double* cm = k ? cols_of.data() + (k - 1) * cols : col_max;
     int64_t* h = k ? hist_of.data() + (k - 1) * kBuckets : hist;
@@ -317,4 +163,11 @@ KC_API int kc_row_digests(const void* data, int elem_bytes, int64_t rows, int64_
   } catch (...) {
     return kBadArgs;
   }
+}
+
+// Use the AVX2 copy of the comparison loop (on: 1) or the baseline one (0), when the build and
+// the CPU have AVX2; returns whether the AVX2 copy is in use now. A negative value only asks.
+KC_API int kc_metrics_use_avx2(int on) {
+  if (on >= 0) g_avx2.store(on != 0 && cpu_has_avx2());
+  return g_avx2.load() ? 1 : 0;
 }

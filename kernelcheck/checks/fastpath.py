@@ -49,6 +49,9 @@ def _load():
 
 def _declare(lib) -> None:
     i64, vp = ctypes.c_int64, ctypes.c_void_p
+    if hasattr(lib, "kc_metrics_use_avx2"):  # a library built before it has the baseline only
+        lib.kc_metrics_use_avx2.restype = ctypes.c_int
+        lib.kc_metrics_use_avx2.argtypes = [ctypes.c_int]
     lib.kc_compare_rows.restype = ctypes.c_int
     lib.kc_compare_rows.argtypes = [ctypes.c_int, vp, vp, i64, i64, ctypes.c_double]
     lib.kc_compare_rows.argtypes += [ctypes.c_double, ctypes.c_int, vp, vp, vp, vp]
@@ -61,6 +64,26 @@ def available() -> bool:
     return os.environ.get(FORCE_TORCH_ENV, "") in ("", "0") and _load() is not None
 
 
+def isa() -> str | None:
+    """Which copy of the comparison loop runs: "avx2" (built with AVX2 and F16C, on a CPU that
+    has them) or "baseline"; None without the library. Both give the same numbers."""
+    lib = _load()
+    if lib is None:
+        return None
+    use = getattr(lib, "kc_metrics_use_avx2", None)
+    return "avx2" if use is not None and use(-1) else "baseline"
+
+
+def use_avx2(on: bool) -> str | None:
+    """Ask for the AVX2 copy (where the build and the CPU have it) or the baseline one; returns
+    :func:`isa` after. For tests and measurements: the default is the best the CPU has."""
+    lib = _load()
+    use = getattr(lib, "kc_metrics_use_avx2", None) if lib is not None else None
+    if use is not None:
+        use(1 if on else 0)
+    return isa()
+
+
 def status() -> dict:
     """``dict(status=available|missing|off, path, reason)`` for ``kernelcheck doctor``."""
     path = library.find_named(FILENAME)[0]
@@ -71,7 +94,7 @@ def status() -> dict:
         return {"status": "missing", "path": str(path), "reason": "cannot be loaded (ABI?)"}
     if not available():
         return {"status": "off", "path": str(path), "reason": f"{FORCE_TORCH_ENV} is set"}
-    return {"status": "available", "path": str(path), "reason": None}
+    return {"status": "available", "path": str(path), "reason": None, "isa": isa()}
 
 
 def _threads() -> int:

@@ -14,6 +14,19 @@ needs_library = pytest.mark.skipif(
 DISTS = ["a", "b", "c"]
 
 
+@pytest.fixture(params=["baseline", "avx2"])
+def loop(request):
+    """Each copy of the comparison loop in turn (the AVX2 one where the build and CPU have it)."""
+    if fastpath._load() is None:
+        pytest.skip("libkc_metrics_cpu is not built (pip install -e . builds it)")
+    default = fastpath.isa()
+    if fastpath.use_avx2(request.param == "avx2") != request.param:
+        fastpath.use_avx2(default == "avx2")
+        pytest.skip("this build or CPU has no AVX2 + F16C copy of the loop")
+    yield request.param
+    fastpath.use_avx2(default == "avx2")
+
+
 def _stats(monkeypatch, cand, gold, atol, rtol, torch_passes: bool, split: int = 3):
     monkeypatch.setenv(fastpath.FORCE_TORCH_ENV, "1" if torch_passes else "0")
     st = ErrorStats(atol, rtol, profile=ErrorProfile(DISTS))
@@ -46,7 +59,7 @@ def _planted(dtype: torch.dtype, scale: float, seed: int):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("scale", [1.0, 1e-6, 3e3])  # fp16 stays finite
 @pytest.mark.parametrize("tol", [(1e-2, 0.0), (0.0, 1e-2), (1e-5, 1e-3), (10.0, 0.0)])
-def test_error_stats_equal_the_torch_passes(monkeypatch, dtype, scale, tol):
+def test_error_stats_equal_the_torch_passes(monkeypatch, dtype, scale, tol, loop):
     cand, gold = _planted(dtype, scale, seed=hash((str(dtype), scale)) % 1000)
     atol, rtol = tol[0] * scale, tol[1]
     fast = _stats(monkeypatch, cand, gold, atol, rtol, torch_passes=False)
@@ -78,7 +91,7 @@ def _near_ties(dtype: torch.dtype) -> torch.Tensor:
 
 @needs_library
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-def test_gold_rounds_to_the_candidate_dtype_as_torch_rounds_it(monkeypatch, dtype):
+def test_gold_rounds_to_the_candidate_dtype_as_torch_rounds_it(monkeypatch, dtype, loop):
     gold = _near_ties(dtype)
     n = gold.numel() // 8 * 8
     gold = gold[:n].reshape(8, -1)
@@ -91,7 +104,7 @@ def test_gold_rounds_to_the_candidate_dtype_as_torch_rounds_it(monkeypatch, dtyp
 
 
 @needs_library
-def test_a_nan_chunk_takes_the_torch_passes(monkeypatch):
+def test_a_nan_chunk_takes_the_torch_passes(monkeypatch, loop):
     cand, gold = _planted(torch.float32, 1.0, seed=3)
     cand[1, 9] = float("nan")
     gold[5, 2] = float("inf")
@@ -100,6 +113,45 @@ def test_a_nan_chunk_takes_the_torch_passes(monkeypatch):
     _assert_same(fast, slow)
     assert fast.n_nonfinite == 1
     assert fastpath.compare_rows(cand[:3], gold[:3], 1e-2, 0.0) is None  # refused: NaN
+
+
+def _raw(cand, gold, atol, rtol):
+    out = fastpath.compare_rows(cand, gold, atol, rtol)
+    return None if out is None else [out.rows, out.counts, out.column_max, out.ulp_counts]
+
+
+@needs_library
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("cols", [65536, 65539, 151936, 20011 * 4 + 3])
+def test_the_avx2_loop_gives_the_baseline_bits(dtype, cols):
+    """Every output of the two copies bit for bit, the row sums of |err| included: the AVX2
+    copy's four lanes are the baseline's four partial sums, each in column order."""
+    if fastpath.use_avx2(True) != "avx2":
+        fastpath.use_avx2(False)
+        pytest.skip("this build or CPU has no AVX2 + F16C copy of the loop")
+    try:
+        gen = torch.Generator().manual_seed(cols)
+        gold = torch.randn(5, cols, dtype=torch.float64, generator=gen)
+        gold[1] *= 1e-6
+        gold[2, ::7] = 0.0
+        gold[2, 1::7] = 2.0  # the candidate straddles 2: magnitudes whose top exponent bit differs
+        gold[3] = gold[3] * 1e4 if dtype != torch.float16 else gold[3] * 3e3
+        cand = gold * (1 + 1e-3 * torch.randn(5, cols, dtype=torch.float64, generator=gen))
+        cand = cand.to(dtype)
+        cand[0, cols - 1] = -cand[0, cols - 1]  # the tail of a row not a multiple of 4
+        cand[4, 3], gold[4, 3] = 0.0, 50.0  # with atol 10, the row's one bad element: lane 3
+        for atol, rtol in [(1e-3, 0.0), (0.0, 1e-2), (1e-5, 1e-3), (10.0, 0.0)]:
+            fast = _raw(cand, gold, atol, rtol)
+            fastpath.use_avx2(False)
+            base = _raw(cand, gold, atol, rtol)
+            fastpath.use_avx2(True)
+            assert fast is not None and base is not None
+            for a, b in zip(fast, base):
+                assert torch.equal(a, b)
+            if atol == 10.0:
+                assert fast[1][4].tolist()[:2] == [1, 3]  # one bad element, found at column 3
+    finally:
+        fastpath.use_avx2(True)
 
 
 @needs_library
