@@ -6,14 +6,16 @@
  * them on free; on a VM that reports freed guest memory to its host (Linux free page
  * reporting), touching that memory again costs 1-5 s per GB in page clearing (measured here:
  * 25% of a Qwen3 run's CPU time in clear_page_erms). Keeping one freed block mapped lets the
- * next gradient reuse warm pages instead.
+ * next gradient reuse warm pages instead, in the next case too (a worker runs a candidate's
+ * cases one after another: the fp32 gradient's block serves the bf16 and fp16 ones).
  *
  * What it does: posix_memalign of LARGE bytes or more (torch's CPU allocator uses it) is
  * served by mmap; free of such a block keeps it (one block at most, the larger one) instead of
- * unmapping it; a later large request of size S takes the kept block when S <= its size <=
- * 1.25 S, else the kept block is unmapped first (so resident memory never exceeds what the
- * live blocks need by more than one freed block). Every other call goes to the C library.
- * A reused block is zeroed first, so it reads as the fresh pages glibc's mmap would give.
+ * unmapping it; a later large request of size S <= the kept block's size is carved from its
+ * front (the rest stays kept), a larger one unmaps it first and gets fresh pages. So resident
+ * memory never exceeds what the live blocks need by more than one freed block. Every other
+ * call goes to the C library. A carved block is zeroed first, so it reads as the fresh pages
+ * glibc's mmap would give.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -34,6 +36,7 @@
 typedef struct {
   void* addr;
   size_t size; /* mapped bytes */
+  size_t used; /* bytes handed out (zeroed when reused): what realloc may copy */
 } block;
 
 static block live[MAX_LIVE]; /* large blocks handed out */
@@ -119,15 +122,19 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
     pthread_mutex_unlock(&lock);
     return real_posix_memalign(out, alignment, size);
   }
-  block b = {0, 0};
+  block b = {0, 0, 0};
   int reused = 0;
-  if (kept.addr && kept.size >= mapped && kept.size - mapped <= mapped / 4) {
-    b = kept; /* warm pages: reuse (zeroed below, outside the lock) */
+  if (kept.addr && kept.size >= mapped) {
+    /* warm pages: the request is carved from the kept block's front (zeroed below, outside the
+     * lock), the rest stays kept; both parts are huge-page aligned, each unmapped on its own */
+    b.addr = kept.addr;
+    b.size = mapped;
+    b.used = mapped;
     reused = 1;
-    kept.addr = 0;
-    kept.size = 0;
+    kept.addr = kept.size > mapped ? (char*)kept.addr + mapped : 0;
+    kept.size -= mapped;
   } else {
-    if (kept.addr) munmap(kept.addr, kept.size); /* never hold an unusable block */
+    if (kept.addr) munmap(kept.addr, kept.size); /* never hold a block too small for what comes */
     kept.addr = 0;
     kept.size = 0;
     void* p = mmap(0, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -135,16 +142,19 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
       pthread_mutex_unlock(&lock);
       return ENOMEM;
     }
-    madvise(p, mapped, MADV_HUGEPAGE);
+    /* no MADV_HUGEPAGE: a fresh huge page must come from the large free blocks that the guest
+     * reports to its host, and faulting them in cost 2.1 s per GB here (direct compaction,
+     * host faults), against 0.34 s per GB for ordinary pages; a kept block is warm either way */
     b.addr = p;
     b.size = mapped;
+    b.used = mapped;
   }
   live[n_live] = b;
   __atomic_store_n(&n_live, n_live + 1, __ATOMIC_RELEASE); /* read unlocked by free */
   pthread_mutex_unlock(&lock);
   /* zeroed, as fresh pages are: a kernel that leaves elements unwritten must not find the
    * last call's results there (a racy backward that skips some would pass determinism) */
-  if (reused) zero_block(b.addr, b.size); /* all of it: realloc copies up to the mapped size */
+  if (reused) zero_block(b.addr, b.used); /* what is handed out: realloc copies up to used */
   *out = b.addr;
   return 0;
 }
@@ -183,7 +193,7 @@ static size_t large_size(void* p) {
   if (!__atomic_load_n(&n_live, __ATOMIC_ACQUIRE)) return 0;
   pthread_mutex_lock(&lock);
   int i = find_live(p);
-  if (i >= 0) size = live[i].size;
+  if (i >= 0) size = live[i].used;
   pthread_mutex_unlock(&lock);
   return size;
 }

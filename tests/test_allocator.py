@@ -85,6 +85,17 @@ assert q and ctypes.string_at(q + (64 << 20) - 4, 4) == bytes([5] * 4)
 libc.free(ctypes.c_void_p(q))
 small = torch.ones(1000)  # below the threshold: the C library's own
 assert float(small.sum()) == 1000.0
+grad = torch.full((400 << 20,), 9, dtype=torch.uint8)  # larger than the kept block: unmaps it
+at = grad.data_ptr()
+del grad  # kept now
+pool = torch.empty(40 << 20, dtype=torch.uint8)  # smaller: carved from the kept block's front,
+assert pool.data_ptr() == at and int(pool.count_nonzero()) == 0  # zeroed; the rest stays kept
+half = torch.empty(200 << 20, dtype=torch.uint8)  # the next dtype's gradient: from the rest
+assert half.data_ptr() == at + (40 << 20) and int(half.count_nonzero()) == 0
+assert libc.malloc_usable_size(ctypes.c_void_p(half.data_ptr())) == 200 << 20
+del pool, half  # the larger freed block is kept, the other unmapped
+again = torch.empty(200 << 20, dtype=torch.uint8)
+assert again.data_ptr() == at + (40 << 20)
 print("ok", first == c.data_ptr())
 """
 

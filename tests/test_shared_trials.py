@@ -79,12 +79,19 @@ def test_a_failed_store_only_means_not_shared(tmp_path, monkeypatch):
 
     from kernelcheck.cases import shared
 
-    def full(*args, **kwargs):
-        raise RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed")
+    calls = []
 
-    monkeypatch.setattr(shared.torch, "save", full)
+    def full(path, t):  # the second tensor's file does not fit: the first one is removed too
+        calls.append(path)
+        if len(calls) == 2:
+            raise RuntimeError("unable to mmap: No space left on device")
+        real(path, t)
+
+    real = shared._write
+    monkeypatch.setattr(shared, "_write", full)
     store = shared.SharedTrials(tmp_path)
-    store.put("k", "inputs", {"x": torch.zeros(3)})  # no exception
+    store.put("k", "inputs", {"x": torch.zeros(3), "y": torch.ones(2)})  # no exception
+    assert len(calls) == 2
     assert store.get("k", "inputs") is None and not list(tmp_path.iterdir())
 
 
@@ -104,27 +111,59 @@ def test_a_run_with_one_candidate_per_group_shares_nothing(monkeypatch, tmp_path
     assert not list(tmp_path.iterdir())
 
 
-def test_parts_are_stored_without_crc_and_the_setting_is_restored(tmp_path):
-    """Stored parts skip the zip CRC (3x faster at GB sizes) and still load bit-exact;
-    the process-wide torch setting is put back for anyone else saving."""
+def test_parts_round_trip_bit_exact_in_their_structure(tmp_path):
     import torch
-    import torch.utils.serialization
 
     from kernelcheck.cases.shared import SharedTrials
 
-    config = torch.utils.serialization.config.save
-    assert config.compute_crc32
-    value = {"logits": torch.randn(4, 257), "target": [torch.arange(4)]}
+    value = {
+        "logits": torch.randn(4, 257).to(torch.bfloat16),
+        "nested": [torch.arange(4), (torch.zeros(0, 3), torch.tensor(True))],
+        "scalar": 3,
+    }
     store = SharedTrials(tmp_path)
     store.put("k", "inputs", value)
     got = store.get("k", "inputs")
-    assert torch.equal(got["logits"].view(torch.int32), value["logits"].view(torch.int32))
-    assert torch.equal(got["target"][0], value["target"][0])
-    assert config.compute_crc32
-    import zipfile
+    assert got["logits"].dtype == torch.bfloat16 and got["logits"].shape == (4, 257)
+    assert torch.equal(got["logits"].view(torch.int16), value["logits"].view(torch.int16))
+    assert torch.equal(got["nested"][0], value["nested"][0])
+    assert isinstance(got["nested"][1], tuple) and got["nested"][1][0].shape == (0, 3)
+    assert bool(got["nested"][1][1]) and got["scalar"] == 3
+    assert not store.has("k", "gold") and store.get("k", "gold") is None
+    (tmp_path / "k.gold.json").write_text("{not json")  # torn or foreign: computed again
+    assert store.get("k", "gold") is None
 
-    records = zipfile.ZipFile(store._path("k", "inputs")).infolist()
-    assert records and all(r.CRC == 0 for r in records)  # the CRCs were not computed
+
+def test_inputs_drawn_in_place_are_stored_without_a_copy(tmp_path):
+    """The allocator's tensors are the store's files: put() writes their manifest only, and
+    a reader maps them privately (a candidate writing its input spoils no other's)."""
+    import torch
+
+    from kernelcheck.cases.shared import SharedTrials, unwritten
+
+    store = SharedTrials(tmp_path, budget_bytes=1 << 30)
+    empty = store.allocator("k", "inputs")
+    x = empty((64, 1000), torch.float32)
+    x.copy_(torch.randn(64, 1000))
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) == 1 and files[0].endswith(".bin")
+    store.put("k", "inputs", {"x": x.reshape(8, 8, 1000), "t": torch.arange(64)})
+    assert len(list(tmp_path.glob("*.bin"))) == 2  # x's own file, and one for t
+    got = store.get("k", "inputs")
+    assert torch.equal(got["x"].reshape(64, 1000), x) and unwritten(got.values())
+    got["x"][0, 0, 0] = 7.0
+    assert float(store.get("k", "inputs")["x"][0, 0, 0]) == float(x[0, 0])
+    part = store.allocator("k", "inputs")((3,), torch.float32)[1:]  # a part of its file:
+    store.put("k2", "inputs", {"p": part})  # copied into a file of its own
+    assert torch.equal(store.get("k2", "inputs")["p"], part)
+    assert SharedTrials(tmp_path, budget_bytes=0).allocator("k", "inputs") is None
+    tight = SharedTrials(tmp_path, budget_bytes=1)  # over the budget: an ordinary tensor
+    assert tight.allocator("k3", "inputs")((2, 2), torch.float32).shape == (2, 2)
+    assert not list(tmp_path.glob("k3.*"))
+    room = SharedTrials(tmp_path, budget_bytes=store._used() + 400)
+    drawn = room.allocator("k4", "inputs")((100,), torch.float32)  # fits; the rest does not:
+    room.put("k4", "inputs", {"x": drawn, "y": torch.zeros(1000)})  # the drawn file goes too
+    assert room.get("k4", "inputs") is None and not list(tmp_path.glob("k4.*"))
 
 
 def test_unwritten_tells_a_clean_mapping_from_a_written_one(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -186,11 +187,14 @@ def make_inputs(
     dist: str,
     lead: tuple[int, ...] | None = None,
     salt: str = "",
+    empty: Callable[..., torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """All inputs of ``op`` for one trial, on the CPU.
 
     ``lead`` overrides the lead shape (the invariance checks build their own batches);
-    ``salt`` gives an independent draw with the same parameters (filler rows).
+    ``salt`` gives an independent draw with the same parameters (filler rows); ``empty``
+    (shape, dtype) makes the tensors the case-dtype inputs are drawn into (the shared
+    store's files, so a Qwen3-sized input is written once, where it is kept).
     """
     from kernelcheck.cases.grid import lead_shape
 
@@ -228,7 +232,7 @@ def make_inputs(
         else:
             case_dtype = dtype if spec.dtype == "case" else dtypes.canonical(spec.dtype) or dtype
             parts = parts_of(dist) if row_wise else parts_of(dist)[:1]
-            t = torch.empty((n, *inner), dtype=dtypes.torch_dtype(case_dtype))
+            t = (empty or torch.empty)((n, *inner), dtype=dtypes.torch_dtype(case_dtype))
             for k, part in enumerate(parts):  # row r is drawn from parts[r % len(parts)]
                 count = len(range(k, n, len(parts)))
                 key = (

@@ -80,10 +80,20 @@ class CaseContext:
     def tolerance(self, judgment: str, name: str | None = None) -> Tolerance | None:
         return self.op.tolerance(judgment, self.case.dtype, name)
 
-    def draw(self, seed: int, dist: str, lead: tuple[int, ...] | None = None, salt: str = ""):
+    def draw(
+        self,
+        seed: int,
+        dist: str,
+        lead: tuple[int, ...] | None = None,
+        salt: str = "",
+        part: str | None = None,
+    ):
+        """The inputs of one trial; drawn straight into the shared store's files when it
+        will keep them as ``part`` of the trial (``SharedTrials.allocator``)."""
+        empty = self.shared.allocator(self.trial_key(seed, dist), part) if part else None
         with self.clock.phase("inputs"):
             return make_inputs(
-                self.op, self.sizes, self.case.dtype, seed, dist, lead=lead, salt=salt
+                self.op, self.sizes, self.case.dtype, seed, dist, lead=lead, salt=salt, empty=empty
             )
 
     def to_device(self, cpu_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -189,7 +199,7 @@ class CaseContext:
             found = self.shared.get(key, part)
             if found is None:
                 found = {
-                    "inputs": self.draw(seed, dist, lead=(rows,), salt="pool"),
+                    "inputs": self.draw(seed, dist, lead=(rows,), salt="pool", part=part),
                     "upstream": self.upstream(seed, lead=(rows,), salt="pool"),
                 }
                 self.shared.put(key, part, found)
@@ -268,7 +278,8 @@ class Trial:
 
     @cached_property
     def cpu_inputs(self) -> dict[str, torch.Tensor]:
-        return self._shared("inputs", lambda: self.ctx.draw(self.seed, self.distribution))
+        draw = self.ctx.draw
+        return self._shared("inputs", lambda: draw(self.seed, self.distribution, part="inputs"))
 
     def _cached(self, name: str, make):
         # A candidate fault is cached too: every check that needs the call reports it.
