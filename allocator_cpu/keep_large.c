@@ -110,8 +110,22 @@ static void zero_block(void* addr, size_t size) {
   }
 }
 
+/* size bytes (a multiple of HUGE_PAGE) of fresh pages starting on a huge page: a mapping one
+ * huge page longer, its unaligned head and tail unmapped; 0 when there is no memory. */
+static void* map_aligned(size_t size) {
+  char* p = mmap(0, size + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 0;
+  char* start = (char*)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+  if (start > p) munmap(p, (size_t)(start - p));
+  size_t tail = (size_t)(p + size + HUGE_PAGE - (start + size));
+  if (tail) munmap(start + size, tail);
+  return start;
+}
+
 int posix_memalign(void** out, size_t alignment, size_t size) {
-  if (size < LARGE || alignment > 4096 || !real_posix_memalign) {
+  /* up to huge-page alignment: torch asks for 2 MB with THP_MEM_ALLOC_ENABLE (kernelcheck's
+   * default), 64 bytes without; every block here starts on a huge page */
+  if (size < LARGE || alignment > HUGE_PAGE || !real_posix_memalign) {
     if (!real_posix_memalign) return ENOMEM;
     return real_posix_memalign(out, alignment, size);
   }
@@ -137,8 +151,8 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
     if (kept.addr) munmap(kept.addr, kept.size); /* never hold a block too small for what comes */
     kept.addr = 0;
     kept.size = 0;
-    void* p = mmap(0, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
+    void* p = map_aligned(mapped);
+    if (!p) {
       pthread_mutex_unlock(&lock);
       return ENOMEM;
     }

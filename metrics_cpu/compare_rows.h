@@ -1,4 +1,5 @@
-// compare_rows.h - the comparison loop of libkc_metrics_cpu, included once per instruction set.
+// compare_rows.h - the loops of libkc_metrics_cpu (the comparison, the row digests), included
+// once per instruction set.
 //
 // metrics_cpu.cpp compiles it for the baseline (SSE2 on x86-64, NEON on ARM) and, where the
 // compiler can, metrics_cpu_avx2.cpp compiles it again with AVX2 and F16C; metrics_cpu.cpp picks
@@ -370,6 +371,26 @@ bool compare_rows(const void* cand, const double* gold, int64_t r0, int64_t r1, 
   return true;
 }
 
+// One 32-bit digest per row of [rows, cols] elements of elem_bytes (2, 4 or 8; contiguous), rows
+// [r0, r1): sum(word[i] * weights[i]) mod 2^32 over the row's 32-bit words, as
+// metrics.row_digests takes them (a 2-byte element is one word, sign-extended; an 8-byte one two,
+// low word first). Sums mod 2^32 do not depend on their order: the AVX2 copy's are the same.
+void digest_rows(const void* data, int elem_bytes, int64_t r0, int64_t r1, int64_t cols,
+                 const uint32_t* w, int32_t* out) {
+  const int64_t words = elem_bytes == 8 ? 2 * cols : cols;
+  for (int64_t r = r0; r < r1; ++r) {
+    uint32_t sum = 0;  // unsigned: wraps mod 2^32 as torch's int32 sum does
+    if (elem_bytes == 2) {
+      const int16_t* row = static_cast<const int16_t*>(data) + r * cols;
+      for (int64_t i = 0; i < words; ++i) sum += static_cast<uint32_t>(row[i]) * w[i];
+    } else {
+      const uint32_t* row = static_cast<const uint32_t*>(data) + r * words;
+      for (int64_t i = 0; i < words; ++i) sum += row[i] * w[i];
+    }
+    out[r] = static_cast<int32_t>(sum);
+  }
+}
+
 }  // namespace
 
 namespace kc_metrics {
@@ -378,4 +399,7 @@ namespace kc_metrics {
 using CompareRows = bool (*)(const void*, const double*, int64_t, int64_t, int64_t, double, double,
                              double*, int64_t*, double*, int64_t*);
 extern const CompareRows compare_rows_avx2[3] __attribute__((visibility("hidden")));
+// digest_rows compiled with AVX2 (the same digests)
+using DigestRows = void (*)(const void*, int, int64_t, int64_t, int64_t, const uint32_t*, int32_t*);
+extern const DigestRows digest_rows_avx2 __attribute__((visibility("hidden")));
 }  // namespace kc_metrics

@@ -77,6 +77,13 @@ kc_metrics::CompareRows compare_for(int dtype) {
                               : &compare_rows<kFloat16>;
 }
 
+kc_metrics::DigestRows digest_for() {
+#if defined(KC_METRICS_HAVE_AVX2) && (defined(__x86_64__) || defined(__i386__))
+  if (g_avx2.load()) return kc_metrics::digest_rows_avx2;
+#endif
+  return &digest_rows;
+}
+
 }  // namespace
 
 KC_API int kc_metrics_abi_version() { return kAbiVersion; }
@@ -127,18 +134,9 @@ static int row_digests_impl(const void* data, int elem_bytes, int64_t rows, int6
   if (elem_bytes != 2 && elem_bytes != 4 && elem_bytes != 8) return kBadArgs;
   const int64_t words = elem_bytes == 8 ? 2 * cols : cols;
   const uint32_t* w = reinterpret_cast<const uint32_t*>(weights);
+  const kc_metrics::DigestRows digest = digest_for();
   over_rows(rows, thread_count(rows, words, threads), [&](int64_t, int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      uint32_t sum = 0;  // unsigned: wraps mod 2^32 as torch's int32 sum does
-      if (elem_bytes == 2) {
-        const int16_t* row = static_cast<const int16_t*>(data) + r * cols;
-        for (int64_t i = 0; i < words; ++i) sum += static_cast<uint32_t>(row[i]) * w[i];
-      } else {
-        const uint32_t* row = static_cast<const uint32_t*>(data) + r * words;
-        for (int64_t i = 0; i < words; ++i) sum += row[i] * w[i];
-      }
-      out[r] = static_cast<int32_t>(sum);
-    }
+    digest(data, elem_bytes, r0, r1, cols, w, out);
   });
   return kOk;
 }

@@ -6,4 +6,5 @@
 namespace kc_metrics {
 const CompareRows compare_rows_avx2[3] = {&compare_rows<kFloat32>, &compare_rows<kBFloat16>,
                                           &compare_rows<kFloat16>};
+const DigestRows digest_rows_avx2 = &digest_rows;
 }  // namespace kc_metrics

@@ -96,6 +96,10 @@ assert libc.malloc_usable_size(ctypes.c_void_p(half.data_ptr())) == 200 << 20
 del pool, half  # the larger freed block is kept, the other unmapped
 again = torch.empty(200 << 20, dtype=torch.uint8)
 assert again.data_ptr() == at + (40 << 20)
+thp = ctypes.c_void_p()  # torch's request with THP_MEM_ALLOC_ENABLE: 2 MB aligned, kept too
+assert libc.posix_memalign(ctypes.byref(thp), 2 << 20, 100 << 20) == 0
+assert thp.value % (2 << 20) == 0 and libc.malloc_usable_size(thp) == 100 << 20
+libc.free(thp)
 print("ok", first == c.data_ptr())
 """
 

@@ -170,7 +170,7 @@ def test_small_or_odd_chunks_are_refused():
     "dtype",
     [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32],
 )
-def test_row_digests_equal_the_torch_passes(monkeypatch, dtype):
+def test_row_digests_equal_the_torch_passes(monkeypatch, dtype, loop):
     t = (torch.randn(50, 3001) * 100).to(dtype)
     monkeypatch.setenv(fastpath.FORCE_TORCH_ENV, "1")
     slow = row_digests(t)
