@@ -123,8 +123,7 @@ static void* map_aligned(size_t size) {
 }
 
 int posix_memalign(void** out, size_t alignment, size_t size) {
-  /* up to huge-page alignment: torch asks for 2 MB with THP_MEM_ALLOC_ENABLE (kernelcheck's
-   * default), 64 bytes without; every block here starts on a huge page */
+  /* alignment up to a huge page (torch asks for 4 KiB): every block here starts on one */
   if (size < LARGE || alignment > HUGE_PAGE || !real_posix_memalign) {
     if (!real_posix_memalign) return ENOMEM;
     return real_posix_memalign(out, alignment, size);

@@ -220,3 +220,29 @@ def test_a_shared_input_written_by_one_candidate_fails_integrity_and_spoils_noth
     assert "changed input 'logits'" in res[("scribbler", "integrity")].message
     assert res[("scribbler", "forward_accuracy")].status == "pass"  # judged on its inputs
     assert "torch" not in settled and "scribbler" in settled
+
+
+def test_a_clean_mapping_is_read_once_per_call(monkeypatch):
+    """The copy-on-write count (a read of /proc/self/smaps, ~50 ms at the Qwen3 shape) is
+    taken after each call on uncopied inputs; before the next call on the same tensors it
+    is already known, so a trial's calls read it once each, plus once before the first."""
+    from kernelcheck.cases.shared import unwritten
+    from kernelcheck.checks import base
+
+    monkeypatch.setattr(base, "IN_PLACE_BYTES", 0)
+    reads, calls, trials = [], [], set()
+    monkeypatch.setattr(base, "unwritten", lambda ts: reads.append(1) or unwritten(ts))
+    own_call = base.Trial.own_call
+
+    def spy(self, call, phase=""):
+        calls.append(1)
+        trials.add(id(self))
+        return own_call(self, call, phase)
+
+    monkeypatch.setattr(base.Trial, "own_call", spy)
+    report = api.run(load_catalog(), "logp", candidate_names=["torch", "cpu"], device="cpu",
+                     dtype_names="fp32", shape={"batch": 4, "vocab": 3000},
+                     check_names=["forward_accuracy", "determinism"], check_grad=False,
+                     seeds=[0], isolate=False)  # fmt: skip
+    assert {r.status for r in report.results} == {"pass"}
+    assert len(calls) >= 2 * len(trials) and len(reads) == len(calls) + len(trials)

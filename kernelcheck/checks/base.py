@@ -311,8 +311,11 @@ class Trial:
         mapped = False
         if in_place:
             # mapped from the shared file and never written: the kernel's copy-on-write
-            # count tells afterwards whether the call wrote them, no digests needed
-            mapped = unwritten(self.cpu_inputs.values())
+            # count tells afterwards whether the call wrote them, no digests needed (known
+            # already when the last call's count said so for these very tensors: reading
+            # /proc/self/smaps walks the page tables of every mapping, ~50 ms at Qwen3 size)
+            clean = self.__dict__.get("_clean_inputs") is self.cpu_inputs
+            mapped = clean or unwritten(self.cpu_inputs.values())
             before = None if mapped else self.input_digests
             dev = dict(self.cpu_inputs)
         else:
@@ -323,7 +326,9 @@ class Trial:
         try:
             results = call(dev)
         finally:
-            if in_place and not (mapped and unwritten(dev.values())):
+            still_clean = in_place and mapped and unwritten(dev.values())
+            self.__dict__["_clean_inputs"] = self.cpu_inputs if still_clean else None
+            if in_place and not still_clean:
                 before = self._pristine_digests() if before is None else before
                 changed = self._settle(before, dev, phase or "a call")
         if self.watch and phase:

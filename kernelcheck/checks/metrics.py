@@ -291,10 +291,18 @@ class ErrorProfile:
         self._add_distributions(dict(zip(self.distributions, worst)))
 
     def update_rows(self, unit: str, fast: fastpath.RowErrors, row_offset: int) -> None:
-        """:meth:`update` from a single-pass comparison's per-row and per-column results."""
+        """:meth:`update` from a single-pass comparison's per-row and per-column results.
+
+        The per-column maxima of consecutive chunks are merged column by column and put in
+        buckets once (:meth:`_flush`): a max of maxima, the same numbers, one op a chunk.
+        """
         self._add_counts(unit, fast.ulp_counts)
-        body, tail = column_buckets(fast.column_max)
-        self._add_columns(fast.column_max.shape[0], body, tail)
+        per_column = self.__dict__.get("_per_column")
+        if per_column is not None and per_column.shape == fast.column_max.shape:
+            torch.maximum(per_column, fast.column_max, out=per_column)
+        else:
+            self._flush()
+            self.__dict__["_per_column"] = fast.column_max  # a fresh tensor, ours now
         worst = max_by_row_class(fast.rows[:, 0], len(self.distributions), row_offset)
         self._add_distributions(dict(zip(self.distributions, worst)))
 
@@ -302,7 +310,16 @@ class ErrorProfile:
         self.ulp_unit = unit
         self.ulp_counts = counts if self.ulp_counts is None else self.ulp_counts + counts
 
+    def _flush(self) -> None:
+        """Put the pending per-column maxima of :meth:`update_rows` in buckets."""
+        per_column = self.__dict__.pop("_per_column", None)
+        if per_column is not None:
+            body, tail = column_buckets(per_column)
+            self._add_columns(per_column.shape[0], body, tail)
+
     def _add_columns(self, columns: int, body: torch.Tensor, tail: float | None) -> None:
+        if "_per_column" in self.__dict__:
+            self._flush()  # in the order the chunks came
         if self.column_max is None or columns != self.columns:
             self.columns, self.column_max, self.tail_max = columns, body, tail
             return
@@ -317,6 +334,8 @@ class ErrorProfile:
 
     def merge(self, other: ErrorProfile) -> None:
         """Fold another trial's profile of the same output in."""
+        self._flush()
+        other._flush()
         if other.ulp_counts is not None:
             self._add_counts(other.ulp_unit, other.ulp_counts)
         if other.column_max is not None:
@@ -326,6 +345,7 @@ class ErrorProfile:
     def to_dict(self) -> dict:
         """JSON-ready: trailing empty ULP buckets left out (the NaN/Inf count apart), floats
         to 3 significant digits."""
+        self._flush()
         out: dict = {}
         if self.ulp_counts is not None:
             counts = [int(x) for x in self.ulp_counts[:NONFINITE_BUCKET]]

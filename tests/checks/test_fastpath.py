@@ -155,6 +155,32 @@ def test_the_avx2_loop_gives_the_baseline_bits(dtype, cols):
 
 
 @needs_library
+def test_column_maxima_pending_across_chunks_meet_the_torch_passes(monkeypatch):
+    """update_rows merges per-column maxima and buckets them once; a NaN chunk between two
+    fast ones (the torch passes) and a profile merged in give the torch passes' profile."""
+    gen = torch.Generator().manual_seed(5)
+    gold = torch.randn(9, 40009, dtype=torch.float64, generator=gen)
+    cand = (gold + 1e-2 * torch.randn(9, 40009, dtype=torch.float64, generator=gen)).float()
+    closer = (gold + 1e-3 * torch.randn(9, 40009, dtype=torch.float64, generator=gen)).float()
+    cand[6, 11] = float("nan")
+    chunks = [(0, 3), (3, 6), (6, 7), (7, 9)]  # fast, fast, NaN (the torch passes), fast
+
+    def profile(torch_passes: bool) -> dict:
+        monkeypatch.setenv(fastpath.FORCE_TORCH_ENV, "1" if torch_passes else "0")
+        st = ErrorStats(1e-2, 0.0, profile=ErrorProfile(DISTS))
+        for a, b in chunks:
+            fast = fastpath.compare_rows(cand[a:b], gold[a:b], 1e-2, 0.0)
+            assert (fast is not None) == (not torch_passes and a != 6)
+            st.update(cand[a:b], gold[a:b], row_offset=a)
+        other = ErrorStats(1e-2, 0.0, profile=ErrorProfile(DISTS))  # a smaller error, which
+        other.update(closer[:3], gold[:3], row_offset=0)  # must not hide a lost chunk
+        st.profile.merge(other.profile)
+        return st.profile.to_dict()
+
+    assert profile(torch_passes=False) == profile(torch_passes=True)
+
+
+@needs_library
 def test_small_or_odd_chunks_are_refused():
     g = torch.randn(4, 100, dtype=torch.float64)
     assert fastpath.compare_rows(g.float(), g, 0.0, 0.0) is None  # below MIN_ELEMENTS
