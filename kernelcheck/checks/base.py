@@ -327,6 +327,7 @@ class Trial:
             results = call(dev)
         finally:
             still_clean = in_place and mapped and unwritten(dev.values())
+            # the very tensors known clean (unmap_inputs lets go of this reference too)
             self.__dict__["_clean_inputs"] = self.cpu_inputs if still_clean else None
             if in_place and not still_clean:
                 before = self._pristine_digests() if before is None else before
@@ -345,6 +346,7 @@ class Trial:
         which the checks with pools of their own (invariance) would otherwise add to."""
         if "cpu_inputs" in self.__dict__ and self.ctx.shared.has(self.key, "inputs"):
             del self.__dict__["cpu_inputs"]
+            self.__dict__.pop("_clean_inputs", None)  # it holds them too
 
     @cached_property
     def input_bytes(self) -> int:

@@ -101,8 +101,9 @@ def test_checks_needing_small_inputs_run_without_the_trials_inputs_mapped(
 
     from kernelcheck import api
     from kernelcheck.cases import shared
-    from kernelcheck.checks import CHECKS
+    from kernelcheck.checks import CHECKS, base
 
+    monkeypatch.setattr(base, "IN_PLACE_BYTES", 0)  # uncopied, as at the Qwen3 shape
     if not stored:
         monkeypatch.setattr(shared, "make_run_folder", lambda: None)
     full = ("forward_accuracy", "backward_accuracy", "determinism")  # at the trial's size
@@ -127,11 +128,14 @@ def test_checks_needing_small_inputs_run_without_the_trials_inputs_mapped(
     let_go = []
     unmap = Trial.unmap_inputs
 
+    freed = []  # at each letting go: are the inputs the full checks saw gone already?
+
     def spy_unmap(self):
         held = "cpu_inputs" in self.__dict__
         unmap(self)
         if held and "cpu_inputs" not in self.__dict__:
             let_go.append((self.ctx.case.candidate, len(events)))
+            freed.append(seen[self.ctx.case.candidate][1]() is None)
 
     monkeypatch.setattr(Trial, "unmap_inputs", spy_unmap)
     # contract asked for between full checks, after the inputs are mapped
@@ -162,3 +166,4 @@ def test_checks_needing_small_inputs_run_without_the_trials_inputs_mapped(
         assert torch.equal(again[cand], rows)  # mapped back: the values the full checks saw
         if stored:
             assert ref() is None  # let go of, not still held somewhere
+    assert all(freed) and len(freed) == len(let_go)  # at once, before the pools are drawn
