@@ -49,11 +49,19 @@ static void (*real_free)(void*);
 static void* (*real_realloc)(void*, size_t);
 static size_t (*real_usable_size)(void*);
 
+/* The C library's functions. Run as a constructor, and again by any call that comes before it:
+ * the constructors of libraries initialized ahead of this one may allocate (GLib's does, with
+ * posix_memalign; before this, such a program aborted: "GSlice: failed to allocate"). dlsym may
+ * allocate or free itself, which must not come back here. */
 __attribute__((constructor)) static void resolve(void) {
+  static __thread int busy;
+  if (busy) return;
+  busy = 1;
   real_posix_memalign = (int (*)(void**, size_t, size_t))dlsym(RTLD_NEXT, "posix_memalign");
   real_free = (void (*)(void*))dlsym(RTLD_NEXT, "free");
   real_realloc = (void* (*)(void*, size_t))dlsym(RTLD_NEXT, "realloc");
   real_usable_size = (size_t (*)(void*))dlsym(RTLD_NEXT, "malloc_usable_size");
+  busy = 0;
 }
 
 /* The index of p among the live large blocks, or -1 (call with the lock held). */
@@ -124,6 +132,7 @@ static void* map_aligned(size_t size) {
 
 int posix_memalign(void** out, size_t alignment, size_t size) {
   /* alignment up to a huge page (torch asks for 4 KiB): every block here starts on one */
+  if (!real_posix_memalign) resolve();
   if (size < LARGE || alignment > HUGE_PAGE || !real_posix_memalign) {
     if (!real_posix_memalign) return ENOMEM;
     return real_posix_memalign(out, alignment, size);
@@ -198,7 +207,8 @@ static int release_large(void* p) {
 
 void free(void* p) {
   if (!p || release_large(p)) return;
-  if (real_free) real_free(p); /* (NULL only while the constructor runs: leak, never crash) */
+  if (!real_free) resolve();
+  if (real_free) real_free(p); /* (NULL only inside dlsym: leak, never crash) */
 }
 
 static size_t large_size(void* p) {
@@ -213,6 +223,7 @@ static size_t large_size(void* p) {
 
 void* realloc(void* p, size_t size) {
   size_t old = p ? large_size(p) : 0;
+  if (!real_realloc) resolve();
   if (!old) return real_realloc ? real_realloc(p, size) : 0;
   void* q = malloc(size);
   if (!q) return 0;
@@ -223,6 +234,7 @@ void* realloc(void* p, size_t size) {
 
 size_t malloc_usable_size(void* p) {
   size_t size = p ? large_size(p) : 0;
+  if (!size && !real_usable_size) resolve();
   return size ? size : (real_usable_size ? real_usable_size(p) : 0);
 }
 

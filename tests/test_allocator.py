@@ -162,3 +162,40 @@ def test_workers_get_a_short_openmp_spin_unless_the_user_set_it(monkeypatch, env
     clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
     out = subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True, text=True)
     assert out.stdout.split()[-1] == "unset", out.stderr
+
+
+_EARLY_LIB = r"""
+#include <stdlib.h>
+/* a library whose constructor allocates, as GLib's does: it runs before the shim's own */
+__attribute__((constructor)) static void early(void) {
+  void* p = 0;
+  if (posix_memalign(&p, 1024, 1008) != 0) abort();
+  free(p);
+}
+int early_ok(void) { return 1; }
+"""
+
+_EARLY_MAIN = r"""
+int early_ok(void);
+int main(void) { return early_ok() ? 0 : 1; }
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="an LD_PRELOAD shim: Linux only")
+def test_the_keeper_serves_allocations_made_before_its_constructor(tmp_path):
+    """A library initialized ahead of the shim may allocate in its constructor; the shim
+    must pass that on, not fail it (perf, through GLib, aborted under the shim before)."""
+    import os
+    import shutil
+
+    shim, cc = _keeper(), shutil.which("cc") or shutil.which("gcc")
+    if shim is None or cc is None:
+        pytest.skip("needs libkc_keep_large.so (pip install -e .) and a C compiler")
+    (tmp_path / "early.c").write_text(_EARLY_LIB)
+    (tmp_path / "main.c").write_text(_EARLY_MAIN)
+    lib, exe = tmp_path / "libearly.so", tmp_path / "main"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", lib, tmp_path / "early.c"], check=True)
+    subprocess.run([cc, "-o", exe, tmp_path / "main.c", f"-L{tmp_path}", "-learly"], check=True)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(tmp_path), "LD_PRELOAD": str(shim)}
+    out = subprocess.run([exe], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
