@@ -138,6 +138,7 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
     return real_posix_memalign(out, alignment, size);
   }
   if (alignment < sizeof(void*) || (alignment & (alignment - 1))) return EINVAL;
+  if (size > SIZE_MAX - 2 * HUGE_PAGE) return ENOMEM; /* rounded up below, it would wrap */
   size_t mapped = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
   pthread_mutex_lock(&lock);
   if (n_live == MAX_LIVE) {

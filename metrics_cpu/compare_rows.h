@@ -204,6 +204,8 @@ inline void unpack_f16c(const uint16_t* cand, const double* gold, int64_t n, flo
 // Elements per batch: their candidate values and both bit patterns are unpacked into buffers
 // that stay in L1, then compared four at a time.
 constexpr int64_t kBatch = 512;
+static_assert(kBatch % kLanes == 0,
+              "a batch is whole lane groups: lane l holds columns j % 4 == l");
 
 #if !defined(KC_METRICS_AVX2)
 // Columns [j0, j1) of one row into its running statistics, one element at a time (the baseline
@@ -339,6 +341,7 @@ bool compare_columns(const void* cand, const double* gold, int64_t j0, int64_t j
 // Rows [r0, r1), in blocks of kBlockColumns columns across all the rows: the block's slice of
 // col_max stays in cache instead of streaming a 1.2 MB array per row.
 constexpr int64_t kBlockColumns = 4096;
+static_assert(kBlockColumns % kLanes == 0, "a block starts a lane group (j0 % 4 == 0)");
 
 template <int D>
 bool compare_rows(const void* cand, const double* gold, int64_t r0, int64_t r1, int64_t cols,

@@ -100,6 +100,10 @@ thp = ctypes.c_void_p()  # torch's request with THP_MEM_ALLOC_ENABLE: 2 MB align
 assert libc.posix_memalign(ctypes.byref(thp), 2 << 20, 100 << 20) == 0
 assert thp.value % (2 << 20) == 0 and libc.malloc_usable_size(thp) == 100 << 20
 libc.free(thp)
+held = torch.empty(64 << 20, dtype=torch.uint8)  # a block kept again, then a request whose
+del held  # rounded size would wrap around: refused, never the kept block (or unmapped memory)
+huge = ctypes.c_void_p()
+assert libc.posix_memalign(ctypes.byref(huge), 64, ctypes.c_size_t(-4096).value) == 12  # ENOMEM
 print("ok", first == c.data_ptr())
 """
 

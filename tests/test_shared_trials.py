@@ -248,3 +248,44 @@ def test_a_clean_mapping_is_read_once_per_call(monkeypatch):
                      seeds=[0], isolate=False)  # fmt: skip
     assert {r.status for r in report.results} == {"pass"}
     assert len(calls) >= 2 * len(trials) and len(reads) == len(calls) + len(trials)
+
+
+def test_two_workers_storing_one_part_keep_the_first_and_no_stray_files(tmp_path):
+    """The first writer wins; the second's files go at once (they would hold their room in
+    /dev/shm until the group ends), and both read the one stored part."""
+    import torch
+
+    from kernelcheck.cases.shared import SharedTrials
+
+    a, b = SharedTrials(tmp_path), SharedTrials(tmp_path)
+    x = a.allocator("k", "inputs")((4, 100), torch.float32)
+    x.fill_(1.0)
+    y = b.allocator("k", "inputs")((4, 100), torch.float32)
+    y.fill_(1.0)
+    assert len(list(tmp_path.glob("*.bin"))) == 2
+    a.put("k", "inputs", {"x": x})
+    b.put("k", "inputs", {"x": y})
+    assert len(list(tmp_path.glob("*.bin"))) == 1 and len(list(tmp_path.glob("*.json"))) == 1
+    assert torch.equal(b.get("k", "inputs")["x"], y) and float(y.sum()) == 400.0
+
+
+def test_no_room_in_shared_memory_means_not_shared_never_a_crash(tmp_path, monkeypatch):
+    """A file's room is reserved before it is mapped: a full /dev/shm is an error to catch
+    (ENOSPC), not a SIGBUS on the first write through the mapping."""
+    import errno
+    import os
+
+    import torch
+
+    from kernelcheck.cases import shared
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(shared.os, "posix_fallocate", full)
+    store = shared.SharedTrials(tmp_path)
+    t = store.allocator("k", "inputs")((8, 8), torch.float32)
+    assert not list(tmp_path.iterdir())  # an ordinary tensor, no file behind it
+    t.fill_(2.0)
+    store.put("k", "inputs", {"x": t, "y": torch.ones(3)})
+    assert store.get("k", "inputs") is None and not list(tmp_path.iterdir())

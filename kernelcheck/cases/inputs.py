@@ -242,8 +242,8 @@ def make_inputs(
                 )
                 # straight into its rows: a Qwen3-sized trial is never held twice
                 draw_float(count, inner, part, case_dtype, key, out=t[k :: len(parts)])
-        if spec.scale != 1.0 and t.is_floating_point():
-            t = (t.float() * spec.scale).to(t.dtype)  # drawn, scaled, rounded once more
+        if spec.scale != 1.0 and t.is_floating_point():  # drawn, scaled, rounded once more
+            t.copy_((t.float() * spec.scale).to(t.dtype))  # (in place: t may be a store file)
         out[spec.name] = t.reshape(*lead, *inner) if row_wise else t.reshape(inner)
     parts = parts_of(dist)
     for k, part in enumerate(parts):

@@ -123,7 +123,7 @@ class SharedTrials:
                 return torch.empty(shape, dtype=dtype)
             name = self._data_name(key, part)
             try:
-                t = torch.from_file(str(self.folder / name), shared=True, size=numel, dtype=dtype)
+                t = _mapped_file(self.folder / name, numel, dtype)
             except Exception:  # no room in /dev/shm: an ordinary tensor, not shared
                 (self.folder / name).unlink(missing_ok=True)
                 return torch.empty(shape, dtype=dtype)
@@ -155,9 +155,12 @@ class SharedTrials:
             path = self._path(key, part)
             tmp = path.with_suffix(f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(layout))
-            tmp.replace(path)  # atomic: a reader sees the whole part or none
-            written = []
-        except Exception:  # a full /dev/shm (or an odd value): just do not share
+            try:  # atomic, and the first writer wins: a reader sees one whole part or none,
+                os.link(tmp, path)  # and a part stored by another worker meanwhile keeps its
+                written = []  # files while this one's go (they would hold the room till the end)
+            finally:
+                tmp.unlink(missing_ok=True)
+        except Exception:  # a full /dev/shm, a part stored meanwhile, an odd value: not ours
             pass
         finally:  # the drawn tensors are the caller's now, their files the part's or gone
             for name in written:
@@ -210,13 +213,24 @@ def _with_files(layout: dict, files: list[str]) -> dict:
     return layout
 
 
+def _mapped_file(path: Path, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A new file of ``numel`` elements, mapped shared. Its room is reserved first: a write
+    through a mapping of a sparse tmpfs file that finds /dev/shm full is a SIGBUS, which
+    nothing can catch; ``posix_fallocate`` says ENOSPC instead (OSError)."""
+    nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    finally:
+        os.close(fd)
+    return torch.from_file(str(path), shared=True, size=numel, dtype=dtype)
+
+
 def _write(path: Path, t: torch.Tensor) -> None:
-    """``t``'s bytes (C order) into a new file, with its dtype and shape beside them."""
+    """``t``'s bytes (C order) into a new file."""
     t = t.detach().cpu()
     if t.numel():
-        torch.from_file(str(path), shared=True, size=t.numel(), dtype=t.dtype).view(t.shape).copy_(
-            t
-        )
+        _mapped_file(path, t.numel(), t.dtype).view(t.shape).copy_(t)
     else:
         path.write_bytes(b"")
 

@@ -203,6 +203,9 @@ class CaseContext:
                     "upstream": self.upstream(seed, lead=(rows,), salt="pool"),
                 }
                 self.shared.put(key, part, found)
+                # read back privately, as the other candidates read it: the drawn tensors
+                # are the file's shared mapping, which no one may write
+                found = self.shared.get(key, part) or found
             self._pools[mine] = found
         found = self._pools[mine]
         return found["inputs"], found["upstream"]
