@@ -35,8 +35,7 @@
 
 typedef struct {
   void* addr;
-  size_t size; /* mapped bytes */
-  size_t used; /* bytes handed out (zeroed when reused): what realloc may copy */
+  size_t size; /* mapped bytes, all handed out (zeroed when reused) */
 } block;
 
 static block live[MAX_LIVE]; /* large blocks handed out */
@@ -145,14 +144,13 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
     pthread_mutex_unlock(&lock);
     return real_posix_memalign(out, alignment, size);
   }
-  block b = {0, 0, 0};
+  block b = {0, 0};
   int reused = 0;
   if (kept.addr && kept.size >= mapped) {
     /* warm pages: the request is carved from the kept block's front (zeroed below, outside the
      * lock), the rest stays kept; both parts are huge-page aligned, each unmapped on its own */
     b.addr = kept.addr;
     b.size = mapped;
-    b.used = mapped;
     reused = 1;
     kept.addr = kept.size > mapped ? (char*)kept.addr + mapped : 0;
     kept.size -= mapped;
@@ -170,14 +168,13 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
      * host faults), against 0.34 s per GB for ordinary pages; a kept block is warm either way */
     b.addr = p;
     b.size = mapped;
-    b.used = mapped;
   }
   live[n_live] = b;
   __atomic_store_n(&n_live, n_live + 1, __ATOMIC_RELEASE); /* read unlocked by free */
   pthread_mutex_unlock(&lock);
   /* zeroed, as fresh pages are: a kernel that leaves elements unwritten must not find the
    * last call's results there (a racy backward that skips some would pass determinism) */
-  if (reused) zero_block(b.addr, b.used); /* what is handed out: realloc copies up to used */
+  if (reused) zero_block(b.addr, b.size); /* all of it: realloc copies up to its size */
   *out = b.addr;
   return 0;
 }
@@ -217,7 +214,7 @@ static size_t large_size(void* p) {
   if (!__atomic_load_n(&n_live, __ATOMIC_ACQUIRE)) return 0;
   pthread_mutex_lock(&lock);
   int i = find_live(p);
-  if (i >= 0) size = live[i].used;
+  if (i >= 0) size = live[i].size;
   pthread_mutex_unlock(&lock);
   return size;
 }

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 import shutil
@@ -107,6 +108,19 @@ class SharedTrials:
         except Exception:  # a torn or foreign file: compute it again
             return None
 
+    def get_or_make(self, key: str, part: str, make: Callable[[], object]):
+        """The stored ``part``, or ``make()``'s value, stored and read back as every other
+        reader reads it: mapped privately from the file. The made copy is let go (its memory
+        freed for a GB-sized gradient to reuse); tensors drawn in place through
+        :meth:`allocator` are the file's shared mapping, which no one may write."""
+        found = self.get(key, part)
+        if found is None:
+            found = make()
+            self.put(key, part, found)
+            stored = self.get(key, part)
+            found = found if stored is None else stored
+        return found
+
     def allocator(self, key: str, part: str) -> Callable[..., torch.Tensor] | None:
         """``empty(shape, dtype)`` for a part drawn in place: each tensor is a fresh file of
         the store, mapped shared, so :meth:`put` of a value holding it writes no byte again.
@@ -115,11 +129,8 @@ class SharedTrials:
             return None
 
         def empty(shape, dtype: torch.dtype) -> torch.Tensor:
-            numel = 1
-            for n in shape:
-                numel *= int(n)
-            nbytes = numel * torch.empty(0, dtype=dtype).element_size()
-            if not numel or self._used() + nbytes > self.budget:
+            numel = math.prod(int(n) for n in shape)
+            if not numel or self._used() + numel * dtype.itemsize > self.budget:
                 return torch.empty(shape, dtype=dtype)
             name = self._data_name(key, part)
             try:
@@ -217,10 +228,9 @@ def _mapped_file(path: Path, numel: int, dtype: torch.dtype) -> torch.Tensor:
     """A new file of ``numel`` elements, mapped shared. Its room is reserved first: a write
     through a mapping of a sparse tmpfs file that finds /dev/shm full is a SIGBUS, which
     nothing can catch; ``posix_fallocate`` says ENOSPC instead (OSError)."""
-    nbytes = numel * torch.empty(0, dtype=dtype).element_size()
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.posix_fallocate(fd, 0, nbytes)
+        os.posix_fallocate(fd, 0, numel * dtype.itemsize)
     finally:
         os.close(fd)
     return torch.from_file(str(path), shared=True, size=numel, dtype=dtype)
@@ -241,9 +251,7 @@ def _map(folder: Path, entry: dict) -> torch.Tensor:
     if not isinstance(dtype, torch.dtype):
         raise ValueError(f"not a dtype: {entry['dtype']}")
     shape = tuple(int(n) for n in entry["shape"])
-    numel = 1
-    for n in shape:
-        numel *= n
+    numel = math.prod(shape)
     if not numel:
         return torch.empty(shape, dtype=dtype)
     path = str(folder / entry["tensor"])

@@ -196,17 +196,14 @@ class CaseContext:
         mine = (seed, dist, rows)
         if mine not in self._pools:
             key, part = self.trial_key(seed, dist), f"pool{rows}"
-            found = self.shared.get(key, part)
-            if found is None:
-                found = {
+            self._pools[mine] = self.shared.get_or_make(
+                key,
+                part,
+                lambda: {
                     "inputs": self.draw(seed, dist, lead=(rows,), salt="pool", part=part),
                     "upstream": self.upstream(seed, lead=(rows,), salt="pool"),
-                }
-                self.shared.put(key, part, found)
-                # read back privately, as the other candidates read it: the drawn tensors
-                # are the file's shared mapping, which no one may write
-                found = self.shared.get(key, part) or found
-            self._pools[mine] = found
+                },
+            )
         found = self._pools[mine]
         return found["inputs"], found["upstream"]
 
@@ -269,15 +266,7 @@ class Trial:
 
     def _shared(self, part: str, make):
         """A part of the trial another candidate computed, or compute and share it."""
-        found = self.ctx.shared.get(self.key, part)
-        if found is None:
-            found = make()
-            self.ctx.shared.put(self.key, part, found)
-            # read back as every other candidate reads it (mapped from the shared file):
-            # the drawn copy's memory is freed, and a GB-sized gradient can reuse it
-            stored = self.ctx.shared.get(self.key, part)
-            found = found if stored is None else stored
-        return found
+        return self.ctx.shared.get_or_make(self.key, part, make)
 
     @cached_property
     def cpu_inputs(self) -> dict[str, torch.Tensor]:

@@ -334,8 +334,7 @@ class ErrorProfile:
 
     def merge(self, other: ErrorProfile) -> None:
         """Fold another trial's profile of the same output in."""
-        self._flush()
-        other._flush()
+        other._flush()  # (this one's pending maxima are flushed by _add_columns, in order)
         if other.ulp_counts is not None:
             self._add_counts(other.ulp_unit, other.ulp_counts)
         if other.column_max is not None:
