@@ -7,18 +7,18 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
 from kernelcheck.cases import shared
 from kernelcheck.cases.grid import Case, parse_shard, shard
 from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
-from kernelcheck.checks import CHECKS
+from kernelcheck.checks import CHECKS, Outcome
 from kernelcheck.compare import op_spec_digest, plan_digest
 from kernelcheck.errors import Interrupted, SpecError, UsageError
 from kernelcheck.results import CheckResult, Report, environment
-from kernelcheck.runner.case import RunOptions
+from kernelcheck.runner.case import RunOptions, make_result
 from kernelcheck.runner.execute import Executor
 from kernelcheck.runner.schedule import Schedule, concurrency, shared_groups
 from kernelcheck.spec.imports import ImportPathError, resolve
@@ -39,6 +39,12 @@ class Plan:
     isolate: bool | None = None  # None: native candidates isolated, Python ones in process
     timeout_s: float | None = None  # None: the spec's per-case timeout
     plan_digest: str = ""  # what the whole (unsharded) run covers: merge refuses a mismatch
+    # native candidates whose library is missing on their own device (not --allow-missing):
+    # name -> the probe's reason. Also in ``unavailable``, but reported as errors: a kernel
+    # the run was meant to test and could not is a failure, not a silent gap
+    missing: dict[str, str] = field(default_factory=dict)
+    missing_cases: list[Case] = field(default_factory=list)  # each one's first case (shard's)
+    not_planned: dict[str, str] = field(default_factory=dict)  # ``dtypes bf16``: why not
 
 
 def _split(values: Iterable[str] | str | None) -> list[str]:
@@ -80,6 +86,8 @@ def plan(
     timeout_s: float | None = None,
     include_bench_only: bool = False,
     attributes: dict[str, object] | None = None,
+    allow_missing: Iterable[str] | str | None = None,
+    sweeps: bool = True,
 ) -> Plan:
     """Validate every choice before anything runs; raise :class:`UsageError` with the fix."""
     spec = catalog.op(op)
@@ -124,8 +132,65 @@ def plan(
         raise UsageError(f"--timeout: expected a number of seconds > 0, got {timeout_s}")
     _resolve_gold(spec)
     dev = resolve_device(device)
-    unavailable: dict[str, str] = {}
-    runnable = []
+    probed = _probe_candidates(spec, dev, device, wanted, include_bench_only, allow_missing)
+    runnable, unavailable = probed.runnable, probed.unavailable
+    cases = _cases(
+        spec, dev, dts, shapes, seed_list, dists, checks, runnable, attributes or {}, sweeps
+    )
+    digest = plan_digest(cases, check_grad)  # before sharding: the same in every shard
+    if shard_kn:
+        cases = shard(cases, *shard_kn)
+    options = RunOptions(check_grad=check_grad, user_specs=catalog.user_specs)
+    blocked = _first_cases(
+        _cases(
+            spec,
+            dev,
+            dts,
+            shapes,
+            seed_list,
+            dists,
+            checks,
+            probed.missing,
+            attributes or {},
+            sweeps,
+        )
+    )
+    return Plan(
+        spec, dev, cases, options, unavailable, shard_kn, isolate, timeout_s, digest,
+        missing={n: unavailable[n] for n in probed.missing},
+        missing_cases=shard(blocked, *shard_kn) if shard_kn else blocked,
+        not_planned=_not_planned(spec, dts),
+    )  # fmt: skip
+
+
+@dataclass
+class _Probed:
+    """The candidates of a run: those that run, those that cannot (name: why), and of
+    those the native ones missing on their own device (errors, unless allowed)."""
+
+    runnable: list[str] = field(default_factory=list)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+def _probe_candidates(
+    spec: OpSpec,
+    dev: str,
+    device: str,
+    wanted: list[str],
+    include_bench_only: bool,
+    allow_missing: Iterable[str] | str | None,
+) -> _Probed:
+    """Probe each candidate on ``dev``; raise :class:`UsageError` for a named one that
+    cannot run or any one that cannot load."""
+    allowed = _split(allow_missing)
+    for name in allowed:
+        if name not in spec.candidates:
+            raise UsageError(
+                f"--allow-missing: unknown candidate {name!r} for op {spec.name}; "
+                f"valid: {', '.join(spec.candidates)}"
+            )
+    out = _Probed()
     for name, cand in spec.candidates.items():
         if wanted and name not in wanted:
             continue
@@ -142,64 +207,117 @@ def plan(
                 raise UsageError(
                     f"{cand.source}: candidate.{name}.callable: cannot load: {exc}"
                 ) from None
-            runnable.append(name)
+            out.runnable.append(name)
         elif wanted and device == "auto" and dev not in cand.devices:
-            missing = "; ".join(
-                f"{d}: {devices.status(d).reason}" for d in cand.devices if d != dev
-            )
+            why = "; ".join(f"{d}: {devices.status(d).reason}" for d in cand.devices if d != dev)
             raise UsageError(
                 f"candidate {name} needs device {' or '.join(cand.devices)}, but --device auto "
-                f"picked {dev}" + (f" ({missing})" if missing else "")
+                f"picked {dev}" + (f" ({why})" if why else "")
             )
         elif wanted:
             raise UsageError(f"candidate {name} cannot run on {dev}: {reason}")
         else:
             if device == "auto" and dev not in cand.devices:  # say who picked the device
                 reason = reason.replace(f"(asked for {dev})", f"(--device auto picked {dev})")
-            unavailable[name] = reason
-    axes, shown = attribute_axes(spec, attributes or {})
-    # the candidates of one (dtype, shape, attributes) one after another: they share trials
-    cases = [
-        Case(
-            spec.name,
-            c,
-            dev,
-            d,
-            tuple(s.items()),
-            tuple(seed_list),
-            tuple(dists),
-            tuple(checks),
-            attrs=a,
-            shown=shown,
-        )
-        for d, s, a, c in itertools.product(dts, shapes, axes, runnable)
-    ]
-    digest = plan_digest(cases, check_grad)  # before sharding: the same in every shard
-    if shard_kn:
-        cases = shard(cases, *shard_kn)
-    options = RunOptions(check_grad=check_grad, user_specs=catalog.user_specs)
-    return Plan(spec, dev, cases, options, unavailable, shard_kn, isolate, timeout_s, digest)
+            out.unavailable[name] = reason
+            # on its own device a native kernel's missing library is a broken build
+            if cand.native and dev in cand.devices and name not in allowed:
+                out.missing.append(name)
+    return out
 
 
-def attribute_axes(
-    spec: OpSpec, overrides: dict[str, object]
-) -> tuple[list[tuple[tuple[str, object], ...]], tuple[str, ...]]:
-    """Every combination of the op's attribute values (``--attr`` pins one), and the
-    names a case id shows: the grid axes' and the pinned ones."""
-    for name in overrides:
+def _first_cases(cases: list[Case]) -> list[Case]:
+    """The first case of each candidate: where a missing one reports its errors."""
+    first: dict[str, Case] = {}
+    for case in cases:
+        first.setdefault(case.candidate, case)
+    return list(first.values())
+
+
+def _not_planned(spec: OpSpec, dts: list[str]) -> dict[str, str]:
+    """The op's grid dtypes this run left out (``--dtype``), for the summary."""
+    left = [d for d in spec.grid.dtypes if (dtypes.canonical(d) or d) not in dts]
+    if not left:
+        return {}
+    what = f"dtype{'s' if len(left) > 1 else ''} {', '.join(left)}"
+    return {what: f"not in the plan (--dtype {','.join(dts)})"}
+
+
+@dataclass(frozen=True)
+class AttributeSet:
+    """One combination of attribute values a run checks: ``attrs`` every attribute's value,
+    ``shown`` the names its case ids show, ``sweep`` whether it is an attribute sweep's
+    (one attribute off its default), which runs on the cheap shapes only."""
+
+    attrs: tuple[tuple[str, object], ...]
+    shown: tuple[str, ...]
+    sweep: bool = False
+
+
+def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sweeps) -> list[Case]:
+    """The plan's cases: every (dtype, shape, attribute set, candidate), the candidates of
+    one (dtype, shape, attributes) one after another (they share trials). The attribute
+    sweeps run on the grid's first shape (its cheapest by convention: every check, at a
+    tenth of the time of the whole grid); ``shape_sweep`` once per (candidate, dtype), in
+    the first shape's case at the defaults. Without ``sweeps`` (a test's narrow run) the
+    attribute sweeps are left out."""
+    sets = [a for a in attribute_sets(spec, overrides) if sweeps or not a.sweep]
+    swept = tuple(spec.attribute_sweeps) if not overrides else ()
+    cases = []
+    for d, (k, s) in itertools.product(dts, enumerate(shapes)):
+        for a, c in itertools.product([a for a in sets if k == 0 or not a.sweep], runnable):
+            own = tuple(n for n in checks if n != "shape_sweep" or (k == 0 and not a.sweep))
+            if not own:
+                continue
+            cases.append(
+                Case(spec.name, c, dev, d, tuple(s.items()), tuple(seeds), tuple(dists), own)
+            )
+            cases[-1] = replace(cases[-1], attrs=a.attrs, shown=a.shown, pinned=swept)
+    return cases
+
+
+def attribute_sets(spec: OpSpec, overrides: dict[str, object]) -> list[AttributeSet]:
+    """Every combination of the op's grid attribute values (``--attr`` pins one); then,
+    unless an ``--attr`` pins anything, each sweep value of each attribute, the others
+    at their defaults. Case ids show the grid axes, the pinned and the swept names."""
+    for name, value in overrides.items():
         if name not in spec.attributes:
             valid = ", ".join(spec.attributes) or "none"
             raise UsageError(
                 f"--attr: unknown attribute {name!r} for op {spec.name}; valid: {valid}"
             )
-        if name in spec.switches and not isinstance(overrides[name], bool):
+        if name in spec.switches and not isinstance(value, bool):
             raise UsageError(f"--attr: {name} switches an input on or off: true or false")
+        default = spec.attributes[name][0]
+        if not _same_kind(value, default):
+            raise UsageError(
+                f"--attr: {name}={value!r}: expected a {type(default).__name__} like {default!r}"
+            )
     values = {
         n: ([overrides[n]] if n in overrides else list(v)) for n, v in spec.attributes.items()
     }
     shown = tuple(n for n, v in spec.attributes.items() if len(v) > 1 or n in overrides)
-    combos = [tuple(zip(values, combo)) for combo in itertools.product(*values.values())]
-    return combos, shown
+    sets = [
+        AttributeSet(tuple(zip(values, combo)), shown)
+        for combo in itertools.product(*values.values())
+    ]
+    if overrides:
+        return sets
+    defaults = {n: v[0] for n, v in spec.attributes.items()}
+    for name, extra in spec.attribute_sweeps.items():
+        for value in extra:
+            attrs = tuple({**defaults, name: value}.items())
+            sets.append(AttributeSet(attrs, tuple(dict.fromkeys((*shown, name))), sweep=True))
+    return sets
+
+
+def _same_kind(value: object, default: object) -> bool:
+    """An ``--attr`` value fits the attribute: a float takes ints too, a bool only bools."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
 
 
 def _resolve_gold(spec: OpSpec) -> None:
@@ -240,13 +358,18 @@ def execute(
     import time
 
     report = Report(plan.op.name, plan.op.version, plan.device, environment=environment())
-    report.unavailable = dict(plan.unavailable)
+    report.unavailable = {k: v for k, v in plan.unavailable.items() if k not in plan.missing}
+    report.not_planned = dict(plan.not_planned)
     report.extra["spec_digest"] = op_spec_digest(plan.op)
     if plan.plan_digest:
         report.extra["plan_digest"] = plan.plan_digest
     if plan.shard:
         report.extra["shard"] = f"{plan.shard[0]}/{plan.shard[1]}"
     report.not_run = [c.id for c in plan.cases]
+    for res in _missing_results(plan):  # before the schedule: every report format shows them
+        report.results.append(res)
+        if on_result:
+            on_result(res, report)
     executor = Executor(plan.isolate, plan.timeout_s)
     folder = shared.make_run_folder() if shared_groups(plan.cases) else None
     budget = shared.budget_for(folder) if folder is not None else 0
@@ -288,6 +411,16 @@ def execute(
         report.finished = time.time()
         report.extra["phase_seconds"] = {k: round(v, 3) for k, v in executor.phase_seconds.items()}
     return report
+
+
+def _missing_results(plan: Plan) -> list[CheckResult]:
+    """An ``error`` per check a missing native candidate's first case would have run,
+    with the probe's reason: the kernel under test did not run, which is no pass."""
+    return [
+        make_result(case, check, Outcome("error", plan.missing[case.candidate]), plan.options)
+        for case in plan.missing_cases
+        for check in case.checks
+    ]
 
 
 def run(catalog: Catalog, op: str, **kwargs) -> Report:

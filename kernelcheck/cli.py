@@ -1,7 +1,10 @@
 """The ``kernelcheck`` command: a thin typer shell over :mod:`kernelcheck.api`.
 
-Exit codes: 0 every check that ran passed; 1 a check failed or a candidate errored;
-2 a usage or spec error, or a requested device or candidate is unavailable.
+Exit codes: 0 every check that ran passed; 1 a check failed or a candidate errored (a
+native candidate whose library is missing on its own device included, unless
+``--allow-missing``); 2 a usage or spec error, or a requested device or candidate is
+unavailable; 5 nothing was checked (every result a skip, or no results: pytest's "no
+tests collected"), since a run that tested nothing is not green.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from kernelcheck.commands.options import (
     VocabOpt,
     check_baseline_factor,
 )
-from kernelcheck.commands.progress import CaseTicker, shrink_notes
+from kernelcheck.commands.progress import CaseTicker
+from kernelcheck.commands.verdict import exit_code, render, shrink_and_notes
 from kernelcheck.compare.reports import DEFAULT_FACTOR
 from kernelcheck.errors import (
     EXIT_FAILED,
@@ -101,9 +105,24 @@ def run(
     vocab: VocabOpt = None,
     shape: ShapeOpt = None,
     attr: AttrOpt = None,
+    sweep: Annotated[
+        bool,
+        typer.Option(
+            "--sweep/--no-sweep",
+            help="Also check each attribute's sweep values on the grid's first shape.",
+        ),
+    ] = True,
     check_grad: Annotated[
         bool, typer.Option("--check-grad/--no-check-grad", help="Run the backward checks.")
     ] = True,
+    allow_missing: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--allow-missing",
+            help="Native candidate whose missing library is no error (repeatable).",
+            metavar="NAME",
+        ),
+    ] = None,
     checks: Annotated[
         Optional[str], typer.Option("--checks", help="Comma-separated check names.", metavar="LIST")
     ] = None,
@@ -210,13 +229,11 @@ def run(
             shard_spec=shard,
             isolate=isolate,
             timeout_s=timeout,
+            allow_missing=allow_missing,
+            sweeps=sweep,
         )
     except UsageError as exc:
         _fail(str(exc))
-    if not plan.cases:
-        why = "; ".join(f"{k}: {v}" for k, v in plan.unavailable.items()) or "the shard is empty"
-        if not plan.shard:
-            _fail(f"no candidate of {op} can run on {plan.device} ({why})")
 
     writer = JsonReportWriter(json_out) if json_out else None
     console = Console(stderr=True)
@@ -234,15 +251,8 @@ def run(
         )
     finally:
         ticker.stop()
-    shrunk = {}
-    if shrink and shrink_budget > 0 and not report.passed and not report.interrupted:
-        from kernelcheck.runner.shrink import shrink_failures
-
-        _stop_on_signals()
-        try:
-            shrunk = shrink_failures(catalog, plan, report, shrink_budget)
-        except Interrupted:
-            pass  # the run's own results are complete: keep them, skip the shrinking
+    _stop_on_signals()
+    notes = shrink_and_notes(catalog, plan, report, shrink_budget if shrink else None)
     if writer:
         writer.write(report)
         if writer.error:
@@ -251,17 +261,7 @@ def run(
         write_atomic(junit_out, rep.to_junit(report))
     if html_out:
         write_page(html_out, report.to_dict(), base, baseline_factor)
-    notes = shrink_notes(report, shrunk) if shrink and not report.interrupted else []
-    out = Console(soft_wrap=False, width=_width())
-    if fmt == "table":
-        rep.render_table(report, out, notes)
-    elif fmt == "plain":
-        sys.stdout.write(rep.to_plain(report, plan.op))
-        sys.stdout.write("".join(f"{n}\n" for n in notes))
-    elif fmt == "markdown":
-        sys.stdout.write(rep.to_markdown(report))
-    else:
-        sys.stdout.write(rep.to_json(report) + "\n")
+    render(fmt, report, plan, notes, Console(soft_wrap=False, width=_width()))
     summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_path:
         with open(summary_path, "a") as fh:
@@ -287,8 +287,7 @@ def run(
             err=True,
         )
         raise typer.Exit(_EXIT_FOR_SIGNAL.get(report.interrupted, EXIT_SIGINT))
-    lost = bool(writer and writer.error)
-    raise typer.Exit(EXIT_OK if report.passed and not regressed and not lost else EXIT_FAILED)
+    raise typer.Exit(exit_code(report, regressed or bool(writer and writer.error)))
 
 
 @app.command("list")

@@ -3,6 +3,7 @@
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_NOTHING_CHECKED = 5  # pytest's "no tests collected": a run that tested nothing
 EXIT_SIGINT = 130
 EXIT_SIGTERM = 143
 

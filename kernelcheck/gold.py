@@ -101,12 +101,19 @@ def backward_chunks(
     gold_backward: Callable | None = None,
     chunk_bytes: int = CHUNK_BYTES,
     device: torch.device | str = "cpu",
+    upcast: bool = True,
 ) -> Iterator[tuple[slice | None, dict[str, torch.Tensor]]]:
     """Yield ``(row slice, {input: float64 gradient rows})`` chunk by chunk, on the CPU.
 
     ``gold_backward(upstream, **inputs)``, when the op has one, gives the gradient
     analytically; otherwise it is autograd of the gold. Gradients of shared inputs are
     summed over all chunks and yielded last with slice None.
+
+    ``upcast=False`` differentiates another row-wise function (the fp32 reference) on
+    the inputs and upstream gradients as they are, in the very same chunks (same slices,
+    same order), so its gradient can be compared chunk by chunk with the gold's. Its
+    gradients come in the inputs' dtypes; a shared input's are summed in float64 and
+    rounded to its dtype once at the end.
     """
     device = torch.device(device)
     flat, row_wise, nrows = _flat_rows(op, inputs, len(lead))
@@ -116,8 +123,8 @@ def backward_chunks(
     shared: dict[str, torch.Tensor] = {}
     for start in range(0, nrows, step):
         sl = slice(start, start + step)
-        args = {n: _upcast(t[sl] if row_wise[n] else t, device) for n, t in flat.items()}
-        chunk_ups = [_upcast(u[sl], device) for u in ups]
+        args = {n: _upcast(t[sl] if row_wise[n] else t, device, upcast) for n, t in flat.items()}
+        chunk_ups = [_upcast(u[sl], device, upcast) for u in ups]
         if gold_backward is not None:
             with torch.no_grad():
                 found = gold_backward(chunk_ups, **args)
@@ -133,7 +140,7 @@ def backward_chunks(
             if row_wise[n]:
                 rows_out[n] = g.cpu()
             else:
-                shared[n] = shared.get(n, 0) + g
+                shared[n] = shared.get(n, 0) + g.to(torch.float64)
         yield sl, rows_out
     if shared:
-        yield None, {n: g.cpu() for n, g in shared.items()}
+        yield None, {n: (g if upcast else g.to(flat[n].dtype)).cpu() for n, g in shared.items()}

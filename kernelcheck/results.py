@@ -12,6 +12,8 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
+from kernelcheck import coverage
+
 SCHEMA_VERSION = 2  # 2: results carry ``plots``; schema 1 reports (without) still load
 READABLE_SCHEMAS = (1, 2)
 STATUSES = ("pass", "fail", "error", "timeout", "crash", "skip")
@@ -67,6 +69,9 @@ class Report:
     started: float = field(default_factory=time.time)
     finished: float | None = None
     extra: dict = field(default_factory=dict)
+    # parts of the op's grid the plan left out by choice (``dtypes bf16``: why), so the
+    # summary can say what a green run did not check
+    not_planned: dict[str, str] = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         c = Counter(r.status for r in self.results)
@@ -76,6 +81,16 @@ class Report:
     def passed(self) -> bool:
         counts = self.counts()
         return not any(counts[s] for s in FAILING) and self.interrupted is None
+
+    @property
+    def pairs_run(self) -> int:
+        """(candidate, check) pairs with a result that is not a skip: 0 means the run
+        tested nothing, which is not a pass (exit 5)."""
+        return coverage.pairs_run(self.results)
+
+    def not_checked(self) -> list[coverage.NotChecked]:
+        """What was not checked and why, one entry per distinct reason."""
+        return coverage.not_checked(self.results, self.unavailable, self.not_planned)
 
     def summary(self) -> dict:
         counts = self.counts()
@@ -89,6 +104,8 @@ class Report:
             "interrupted": self.interrupted,
             "not_run": list(self.not_run),
             "wall_time_s": round((self.finished or time.time()) - self.started, 3),
+            "pairs_run": self.pairs_run,
+            "not_checked": [asdict(n) for n in self.not_checked()],
             **self.extra,
         }
 

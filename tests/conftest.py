@@ -54,6 +54,7 @@ def run_small(catalog, candidate: str, checks, dtype="fp32", shape=None, **kw):
     In process unless ``isolate`` is given: these tests judge the checks, not isolation.
     """
     kw.setdefault("isolate", False)
+    kw.setdefault("sweeps", False)
     report = api.run(
         catalog,
         "logp",
@@ -69,6 +70,7 @@ def run_small(catalog, candidate: str, checks, dtype="fp32", shape=None, **kw):
 
 def run_one(catalog, op: str, candidate: str, check: str, dtype: str, shape: dict, **kw):
     """The one result of one check of one candidate on one shape, in process."""
+    kw.setdefault("sweeps", False)
     report = api.run(
         catalog,
         op,

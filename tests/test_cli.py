@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from kernelcheck.checks import CHECKS
 from tests.conftest import SPECS
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = ["--dtype", "fp32", "--batch", "2", "--seq", "3", "--vocab", "33", "--seed", "0"]
+# --no-sweep: one case per (candidate, dtype, shape); tests/test_api.py covers the sweeps
+SMALL = ["--dtype", "fp32", "--batch", "2", "--seq", "3", "--vocab", "33", "--seed", "0",
+         "--no-sweep"]  # fmt: skip
 
 
 def kc(*args, env=None, cwd=None):
@@ -32,8 +35,9 @@ def test_run_passes_and_writes_every_report(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "PASSED" in p.stdout
     data = json.loads(out.read_text())
-    assert data["summary"]["passed"] and data["summary"]["counts"]["pass"] == 8
-    assert len(ET.parse(xml).getroot().findall(".//testcase")) == 8
+    n = len(CHECKS)  # every check, one case
+    assert data["summary"]["passed"] and data["summary"]["counts"]["pass"] == n
+    assert len(ET.parse(xml).getroot().findall(".//testcase")) == n
 
 
 @pytest.mark.parametrize("fmt,marker", [("plain", "suite=logp passed=True"),
@@ -259,3 +263,131 @@ def test_an_unavailable_candidate_says_auto_picked_the_device(catalog):
             assert f"(--device auto picked {plan.device})" in reason, reason
     explicit = api.plan(catalog, "logp", device="cpu")
     assert all("auto" not in r for r in explicit.unavailable.values())
+
+
+# A run that tested nothing is not green (exit 5); a native kernel missing on its own
+# device is an error, not a silent "unavailable".
+
+NATIVE_SPEC = """op = "logp"
+[[candidate]]
+name = "mine"
+callable = "kernelcheck.candidates.torch_logp:logp"
+devices = ["cpu"]
+native = true
+probe = "mine_probe:missing"
+[[candidate]]
+name = "elsewhere"
+callable = "kernelcheck.candidates.torch_logp:logp"
+devices = ["cuda"]
+native = true
+probe = "mine_probe:missing"
+"""
+MISSING = "libmine.so not built (simulated)"
+
+
+@pytest.fixture
+def native_spec(tmp_path):
+    """A user spec: a native candidate whose probe says its cpu library is missing, and
+    one for cuda only (on a cpu run that one is not on its own device)."""
+    (tmp_path / "mine_probe.py").write_text(f"def missing(device):\n    return {MISSING!r}\n")
+    spec = tmp_path / "mine.toml"
+    spec.write_text(NATIVE_SPEC)
+    return spec
+
+
+def _summary_tail(stdout: str) -> tuple[list[str], str]:
+    lines = stdout.rstrip("\n").splitlines()
+    return lines[:-1], lines[-1]
+
+
+def test_a_run_of_skips_only_checked_nothing_and_exits_5(tmp_path):
+    out = tmp_path / "r.json"
+    p = kc("run", "--op", "logp", "--candidate", "torch", *SMALL, "--checks",
+           "backward_accuracy", "--no-check-grad", "--format", "plain",
+           "--json-out", str(out))  # fmt: skip
+    assert p.returncode == 5, p.stdout + p.stderr
+    before, verdict = _summary_tail(p.stdout)
+    assert verdict.startswith("NOTHING CHECKED: ") and verdict.endswith(
+        "; 0 (candidate, check) pairs ran"
+    ), verdict
+    assert "nothing checked for torch: backward checks are off (--no-check-grad)" in before
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["pairs_run"] == 0 and summary["counts"]["skip"] == summary["total"] > 0
+    assert {
+        "what": "nothing checked for torch",
+        "reason": "backward checks are off (--no-check-grad)",
+    } in summary["not_checked"]
+
+
+def test_a_report_without_results_is_exit_5():
+    from kernelcheck.commands.verdict import exit_code
+    from kernelcheck.results import Report
+
+    assert exit_code(Report("logp", "1", "cpu")) == 5
+    assert exit_code(Report("logp", "1", "cpu"), problem=True) == 1
+
+
+def test_a_native_candidate_missing_on_its_own_device_is_an_error(native_spec, tmp_path):
+    out = tmp_path / "r.json"
+    p = kc("run", "--op", "logp", "--spec", str(native_spec), *SMALL, "--checks",
+           "forward_accuracy,contract", "--json-out", str(out))  # fmt: skip
+    assert p.returncode == 1, p.stdout + p.stderr
+    data = json.loads(out.read_text())
+    errors = [r for r in data["results"] if r["candidate"] == "mine"]
+    assert [(r["check"], r["status"], r["message"]) for r in errors] == [
+        ("forward_accuracy", "error", MISSING),
+        ("contract", "error", MISSING),
+    ]
+    assert {r["status"] for r in data["results"] if r["candidate"] == "torch"} == {"pass"}
+    unavailable = data["summary"]["unavailable_candidates"]
+    assert "mine" not in unavailable and "elsewhere" in unavailable  # not its own device
+    assert f"ERROR mine-fp32-2x3x33 forward_accuracy: {MISSING}" in p.stdout
+    assert p.stdout.splitlines()[-1].startswith("FAILED: ")
+    assert "shrunk" not in p.stdout  # no kernel ran: nothing to shrink
+
+
+@pytest.mark.parametrize("allow", [["--allow-missing", "mine"],
+                                   ["--allow-missing", "elsewhere,mine"]])  # fmt: skip
+def test_allow_missing_reports_it_unavailable_and_passes(native_spec, tmp_path, allow):
+    out = tmp_path / "r.json"
+    p = kc("run", "--op", "logp", "--spec", str(native_spec), *SMALL, "--checks",
+           "forward_accuracy,contract", "--json-out", str(out), *allow)  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["counts"]["error"] == 0
+    assert summary["unavailable_candidates"]["mine"] == MISSING
+    assert {"what": "candidate mine not checked", "reason": MISSING} in summary["not_checked"]
+
+
+def test_allow_missing_names_a_candidate_of_the_op():
+    p = kc("run", "--op", "logp", *SMALL, "--allow-missing", "nope")
+    assert p.returncode == 2
+    assert "--allow-missing: unknown candidate 'nope' for op logp; valid: torch" in p.stderr
+
+
+def test_the_summary_counts_pairs_and_says_what_was_not_checked(tmp_path):
+    """Pairs that ran; one line per distinct reason, wrapped at 80 columns when piped
+    (COLUMNS is wider); the verdict last."""
+    out = tmp_path / "r.json"
+    p = kc("run", "--op", "logp", "--candidate", "torch", *SMALL, "--checks",
+           "forward_accuracy,backward_accuracy,contract", "--no-check-grad",
+           "--json-out", str(out), env={"COLUMNS": "200"})  # fmt: skip
+    assert p.returncode == 0, p.stdout + p.stderr
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["pairs_run"] == 2
+    assert summary["not_checked"][:2] == [
+        {
+            "what": "backward_accuracy not checked for torch",
+            "reason": "backward checks are off (--no-check-grad)",
+        },
+        {"what": "dtypes bf16, fp16 not checked", "reason": "not in the plan (--dtype fp32)"},
+    ]
+    before, verdict = _summary_tail(p.stdout)
+    assert verdict.startswith("PASSED: ") and verdict.endswith("; 2 (candidate, check) pairs ran")
+    tail = before[-3:]  # --candidate named: no other candidate is unavailable
+    assert tail == [
+        "backward_accuracy not checked for torch: backward checks are off",
+        "    (--no-check-grad)",
+        "dtypes bf16, fp16 not checked: not in the plan (--dtype fp32)",
+    ], tail
+    assert all(len(x) <= 80 for x in tail)

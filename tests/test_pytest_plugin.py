@@ -60,12 +60,18 @@ CHECKS = (
     "forward_accuracy",
     "forward_precision",
     "backward_accuracy",
+    "backward_precision",
     "forward_invariance",
     "backward_invariance",
     "determinism",
     "contract",
     "integrity",
+    "shape_sweep",
 )
+# each sweep value of logp's attributes (temperature 0.7, 1.3; with_mask true) is a case
+# of its own, with every check but shape_sweep; mine takes neither: those items skip
+SWEEP_ITEMS = 3 * (len(CHECKS) - 1)
+GRAD_CHECKS = ("backward_accuracy", "backward_precision", "backward_invariance")
 
 
 def _installed() -> bool:
@@ -108,7 +114,7 @@ def _run_installed(pytester, spec, *args):
 
 def test_one_item_per_case_and_check_with_readable_ids(pytester, spec):
     res = _run(pytester, spec, "--kernelcheck-candidate=mine", "--kernelcheck-dtype=fp32,bf16")
-    res.assert_outcomes(passed=16)
+    res.assert_outcomes(passed=2 * len(CHECKS), skipped=2 * SWEEP_ITEMS)
     col = _run(
         pytester,
         spec,
@@ -118,7 +124,10 @@ def test_one_item_per_case_and_check_with_readable_ids(pytester, spec):
         "-q",
     )
     ids = [line for line in col.outlines if line.startswith("kernelcheck::")]
-    assert ids == [
+    swept = [i for i in ids if "temperature=" in i or "with_mask=" in i]
+    assert len(swept) == 2 * SWEEP_ITEMS
+    assert "kernelcheck::logp[mine-fp32-2x4x257-temperature=0.7-forward_accuracy]" in swept
+    assert [i for i in ids if i not in swept] == [
         f"kernelcheck::logp[mine-{dt}-2x4x257-{check}]"
         for dt in ("fp32", "bf16")
         for check in CHECKS
@@ -127,15 +136,19 @@ def test_one_item_per_case_and_check_with_readable_ids(pytester, spec):
 
 def test_keyword_selection_and_failure_output(pytester, spec):
     res = _run(pytester, spec, "--kernelcheck-dtype=fp32", "-k", "forward_accuracy")
-    # torch and cpu (built in), mine, broken and noback at fp32: 5 cases x 8 checks
-    res.assert_outcomes(passed=4, failed=1, deselected=35)
+    # torch and cpu (built in), mine, broken and noback at fp32; and the sweeps' cases,
+    # which only torch takes (temperature, mask): the others' items skip
+    outcomes = res.parseoutcomes()
+    assert outcomes["failed"] == 1 and outcomes["passed"] == 4 + 3
+    assert outcomes["skipped"] == 4 * 3
     out = res.stdout.str()
     assert (
         "FAIL broken-fp32-2x4x257 forward_accuracy: output: 7 of 8 elements outside atol=1e-05"
     ) in out
     assert (
         f"repro: kernelcheck run --op logp --spec {spec} --candidate broken --device cpu "
-        "--dtype fp32 --batch 2 --seq 4 --vocab 257 --checks forward_accuracy --seed 0"
+        "--dtype fp32 --batch 2 --seq 4 --vocab 257 --attr temperature=1.0 --attr with_mask=false "
+        "--checks forward_accuracy --seed 0"
     ) in out
     assert "Traceback" not in out and "runtest" not in out
     assert "FAILED kernelcheck::logp[broken-fp32-2x4x257-forward_accuracy]" in out
@@ -145,7 +158,9 @@ def test_exitfirst_and_skips(pytester, spec):
     res = _run(pytester, spec, "--kernelcheck-dtype=fp32", "--kernelcheck-candidate=broken", "-x")
     res.assert_outcomes(failed=1)  # forward_accuracy is the first item; -x stops there
     res = _run(pytester, spec, "--kernelcheck-dtype=fp32", "--kernelcheck-candidate=noback")
-    res.assert_outcomes(passed=6, skipped=2)
+    res.assert_outcomes(
+        passed=len(CHECKS) - len(GRAD_CHECKS), skipped=len(GRAD_CHECKS) + SWEEP_ITEMS
+    )
     res = _run(pytester, spec, "--kernelcheck-dtype=fp32", "--kernelcheck-candidate=noback", "-rs")
     assert "declares backward = false" in res.stdout.str()
 
@@ -178,7 +193,7 @@ def test_xdist_spreads_the_items(pytester, spec):
         "2",
         timeout=120,
     )
-    res.assert_outcomes(passed=13, failed=3)
+    res.assert_outcomes(passed=2 * len(CHECKS) - 4, failed=4, skipped=2 * SWEEP_ITEMS)
     assert "repro: kernelcheck run" in res.stdout.str()
 
 
@@ -203,12 +218,12 @@ def test_kernelcheck_only_runs_just_the_kernelcheck_items(pytester, spec):
     """Inside a repository with its own tests, --kernelcheck-only deselects them."""
     pytester.makepyfile(test_own="def test_own():\n    assert True\n")
     mixed = _run(pytester, spec, "--kernelcheck-candidate=mine", "--kernelcheck-dtype=fp32")
-    assert mixed.parseoutcomes()["passed"] == 9  # 8 checks + the repository's own test
+    assert mixed.parseoutcomes()["passed"] == len(CHECKS) + 1  # + the repository's own test
     only = _run(
         pytester, spec, "--kernelcheck-candidate=mine", "--kernelcheck-dtype=fp32",
         "--kernelcheck-only",
     )  # fmt: skip
-    only.assert_outcomes(passed=8, deselected=1)
+    only.assert_outcomes(passed=len(CHECKS), skipped=SWEEP_ITEMS, deselected=1)
 
 
 def test_the_installed_plugin_runs_clean_outside_the_repo(pytester, spec):
@@ -239,4 +254,8 @@ def test_every_shipped_op_runs_as_pytest_items(pytester, op, shape):
         "--kernelcheck-dtype=fp32",
         f"--kernelcheck-shape={shape}",
     )
-    res.assert_outcomes(passed=len(CHECKS))
+    from kernelcheck.spec import load_catalog
+
+    # each sweep value (rms_norm's eps) is a case of every check but shape_sweep
+    extra = sum(len(v) for v in load_catalog().ops[op].attribute_sweeps.values())
+    res.assert_outcomes(passed=len(CHECKS) + extra * (len(CHECKS) - 1))

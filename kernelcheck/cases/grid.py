@@ -24,6 +24,9 @@ class Case:
     # axis's, or one set with --attr)
     attrs: tuple[tuple[str, object], ...] = field(default=())
     shown: tuple[str, ...] = field(default=())
+    # attributes a repro must pin with --attr besides ``shown`` (the op sweeps them: an
+    # unpinned rerun would sweep them again)
+    pinned: tuple[str, ...] = field(default=())
 
     @property
     def sizes(self) -> dict[str, int]:

@@ -13,6 +13,7 @@ import math
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import torch
 
@@ -195,63 +196,119 @@ def make_inputs(
     ``salt`` gives an independent draw with the same parameters (filler rows); ``empty``
     (shape, dtype) makes the tensors the case-dtype inputs are drawn into (the shared
     store's files, so a Qwen3-sized input is written once, where it is kept).
+
+    Related inputs (values = "related") are drawn last, from their input as the case's
+    masking left it: a reference model's logits hide the tokens the policy's hide.
     """
     from kernelcheck.cases.grid import lead_shape
 
     op = op.for_attributes({})  # a switched input (logp's mask) only where switched on
     lead = lead_shape(op, sizes) if lead is None else lead
-    nrows = math.prod(lead)
+    draw = _Draw(op, sizes, dtype, seed, dist, math.prod(lead), salt, empty)
     out: dict[str, torch.Tensor] = {}
     for spec in op.inputs:
-        gen = _generator(seed, dist, spec.name, salt)
-        inner = inner_shape(op, spec, sizes)
-        row_wise = op.is_row_wise(spec)
-        n = nrows if row_wise else 1
-        if spec.values == "mask":
-            t = torch.rand((n, *inner), generator=gen) < spec.true_fraction
-        elif spec.values == "weight":
-            case_dtype = dtype if spec.dtype == "case" else dtypes.canonical(spec.dtype) or dtype
-            w = torch.randn((n, *inner), generator=gen, dtype=torch.float32).mul_(0.1).add_(1.0)
-            t = w.to(dtypes.torch_dtype(case_dtype))
-        elif spec.values in DISTRIBUTIONS:  # a fixed distribution, whatever the case's
-            case_dtype = dtype if spec.dtype == "case" else dtypes.canonical(spec.dtype) or dtype
-            t = draw_float(
-                n, inner, spec.values, case_dtype, _key(seed, spec.values, spec.name, salt)
-            )
-        elif spec.values == "index":
-            bound = sizes[spec.index_of]
-            t = torch.randint(0, bound, (n, *inner), generator=gen, dtype=torch.int64)
-            if spec.out_of_range_fraction:
-                drop = torch.rand((n, *inner), generator=gen) < spec.out_of_range_fraction
-                if drop.numel() >= 2 and not bool(drop.any()):
-                    # every trial of 2+ rows holds an ignored index, whatever the draw gave
-                    drop.view(-1)[int(torch.randint(0, drop.numel(), (1,), generator=gen))] = True
-                t[drop] = INDEX_IGNORED
-            if spec.dtype != "case":
-                t = t.to(dtypes.FIXED_DTYPES[spec.dtype])
-        else:
-            case_dtype = dtype if spec.dtype == "case" else dtypes.canonical(spec.dtype) or dtype
-            parts = parts_of(dist) if row_wise else parts_of(dist)[:1]
-            t = (empty or torch.empty)((n, *inner), dtype=dtypes.torch_dtype(case_dtype))
-            for k, part in enumerate(parts):  # row r is drawn from parts[r % len(parts)]
-                count = len(range(k, n, len(parts)))
-                key = (
-                    _key(seed, dist, spec.name, salt)
-                    if len(parts) == 1
-                    else _key(seed, part, spec.name, salt, str(k))
-                )
-                # straight into its rows: a Qwen3-sized trial is never held twice
-                draw_float(count, inner, part, case_dtype, key, out=t[k :: len(parts)])
-        if spec.scale != 1.0 and t.is_floating_point():  # drawn, scaled, rounded once more
-            t.copy_((t.float() * spec.scale).to(t.dtype))  # (in place: t may be a store file)
-        out[spec.name] = t.reshape(*lead, *inner) if row_wise else t.reshape(inner)
+        if spec.values != "related":
+            out[spec.name] = _shaped(op, spec, draw.one(spec), lead, sizes)
     parts = parts_of(dist)
     for k, part in enumerate(parts):
         if part == "masked":
             _mask(
                 op, out, seed, salt + (str(k) if len(parts) > 1 else ""), slice(k, None, len(parts))
             )
-    return out
+    for spec in op.inputs:
+        if spec.values == "related":
+            drawn = draw.related(spec, out[spec.related_to])
+            out[spec.name] = _shaped(op, spec, drawn, lead, sizes)
+    return {spec.name: out[spec.name] for spec in op.inputs}  # in the spec's order
+
+
+def _shaped(op: OpSpec, spec: InputSpec, t: torch.Tensor, lead, sizes) -> torch.Tensor:
+    inner = inner_shape(op, spec, sizes)
+    return t.reshape(*lead, *inner) if op.is_row_wise(spec) else t.reshape(inner)
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """One trial's draw parameters: each input comes from its own seeded streams."""
+
+    op: OpSpec
+    sizes: dict[str, int]
+    dtype: str
+    seed: int
+    dist: str
+    nrows: int
+    salt: str
+    empty: Callable[..., torch.Tensor] | None
+
+    def dtype_of(self, spec: InputSpec) -> str:
+        return self.dtype if spec.dtype == "case" else dtypes.canonical(spec.dtype) or self.dtype
+
+    def rows_inner(self, spec: InputSpec) -> tuple[int, tuple[int, ...]]:
+        """(rows, inner shape): a row-wise input has the trial's rows, a shared one one."""
+        row_wise = self.op.is_row_wise(spec)
+        return (self.nrows if row_wise else 1), inner_shape(self.op, spec, self.sizes)
+
+    def one(self, spec: InputSpec) -> torch.Tensor:
+        """``rows x inner`` values of one input that is not related to another."""
+        gen = _generator(self.seed, self.dist, spec.name, self.salt)
+        n, inner = self.rows_inner(spec)
+        if spec.values == "mask":
+            return torch.rand((n, *inner), generator=gen) < spec.true_fraction
+        if spec.values == "weight":
+            w = torch.randn((n, *inner), generator=gen, dtype=torch.float32).mul_(0.1).add_(1.0)
+            return self.scaled(spec, w.to(dtypes.torch_dtype(self.dtype_of(spec))))
+        if spec.values in DISTRIBUTIONS:  # a fixed distribution, whatever the case's
+            key = _key(self.seed, spec.values, spec.name, self.salt)
+            return self.scaled(spec, draw_float(n, inner, spec.values, self.dtype_of(spec), key))
+        if spec.values == "index":
+            return self.index(spec, gen, (n, *inner))
+        return self.scaled(spec, self.case(spec, n, inner))
+
+    def index(self, spec: InputSpec, gen: torch.Generator, shape: tuple[int, ...]):
+        t = torch.randint(0, self.sizes[spec.index_of], shape, generator=gen, dtype=torch.int64)
+        if spec.out_of_range_fraction:
+            drop = torch.rand(shape, generator=gen) < spec.out_of_range_fraction
+            if drop.numel() >= 2 and not bool(drop.any()):
+                # every trial of 2+ rows holds an ignored index, whatever the draw gave
+                drop.view(-1)[int(torch.randint(0, drop.numel(), (1,), generator=gen))] = True
+            t[drop] = INDEX_IGNORED
+        return t if spec.dtype == "case" else t.to(dtypes.FIXED_DTYPES[spec.dtype])
+
+    def case(self, spec: InputSpec, n: int, inner: tuple[int, ...]) -> torch.Tensor:
+        """The case's distribution; a mixed one deals rows round-robin over its parts."""
+        parts = parts_of(self.dist) if self.op.is_row_wise(spec) else parts_of(self.dist)[:1]
+        tdt = dtypes.torch_dtype(self.dtype_of(spec))
+        t = (self.empty or torch.empty)((n, *inner), dtype=tdt)
+        for k, part in enumerate(parts):  # row r is drawn from parts[r % len(parts)]
+            count = len(range(k, n, len(parts)))
+            key = (
+                _key(self.seed, self.dist, spec.name, self.salt)
+                if len(parts) == 1
+                else _key(self.seed, part, spec.name, self.salt, str(k))
+            )
+            # straight into its rows: a Qwen3-sized trial is never held twice
+            draw_float(count, inner, part, self.dtype_of(spec), key, out=t[k :: len(parts)])
+        return t
+
+    def related(self, spec: InputSpec, base: torch.Tensor) -> torch.Tensor:
+        """``base + perturbation * N(0, 1)``: the noise drawn in float32 from the input's own
+        stream, the sum rounded once to its dtype. Entries of ``base`` at +-inf (masked
+        tokens) stay there. The perturbation is absolute (nats for logits), never relative
+        to ``base``: a reference model's logits differ from the policy's by a fraction of
+        a nat wherever the rows sit (a 16-bit `large` row's ulp of 32-64 takes it back
+        to ``base``, the one honest value there)."""
+        n, inner = self.rows_inner(spec)
+        key = _key(self.seed, self.dist, spec.name, self.salt, "perturbation")
+        noise = draw_float(n, inner, "normal", "fp32", key).mul_(spec.perturbation)
+        t = (self.empty or torch.empty)((n, *inner), dtype=dtypes.torch_dtype(self.dtype_of(spec)))
+        t.copy_(noise.add_(base.reshape(noise.shape).float()))
+        return self.scaled(spec, t)
+
+    def scaled(self, spec: InputSpec, t: torch.Tensor) -> torch.Tensor:
+        scale = spec.scale_at(self.sizes)
+        if scale != 1.0 and t.is_floating_point():  # drawn, scaled, rounded once more
+            t.copy_((t.float() * scale).to(t.dtype))  # (in place: t may be a store file)
+        return t
 
 
 def _mask(

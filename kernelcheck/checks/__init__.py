@@ -4,12 +4,14 @@ The names are part of the interface (spec tables, ``--checks``, JSON, JUnit).
 """
 
 from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
+from kernelcheck.checks.backward_precision import BackwardPrecision
 from kernelcheck.checks.base import CandidateFault, CaseContext, Check, Outcome, Trial
 from kernelcheck.checks.contract import Contract
 from kernelcheck.checks.determinism import Determinism
 from kernelcheck.checks.integrity import Integrity
 from kernelcheck.checks.invariance import BackwardInvariance, ForwardInvariance
 from kernelcheck.checks.precision import ForwardPrecision
+from kernelcheck.checks.shape_sweep import ShapeSweep
 
 CHECKS: dict[str, type[Check]] = {
     c.name: c
@@ -17,11 +19,13 @@ CHECKS: dict[str, type[Check]] = {
         ForwardAccuracy,
         ForwardPrecision,
         BackwardAccuracy,
+        BackwardPrecision,
         ForwardInvariance,
         BackwardInvariance,
         Determinism,
         Contract,
         Integrity,
+        ShapeSweep,
     )
 }
 GRAD_CHECKS = tuple(name for name, c in CHECKS.items() if c.needs_grad)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import ClassVar
@@ -66,7 +67,8 @@ class CaseContext:
     progress: Callable[[str | None, str], None] = no_progress
     clock: PhaseClock = field(default_factory=PhaseClock)
     gold_backward_fn: Callable | None = None  # the op's analytic gold gradient, if it has one
-    shared: SharedTrials = field(default_factory=SharedTrials)  # trials of every candidate
+    # trials of every candidate (by default none: not shared)
+    shared: SharedTrials = field(default_factory=lambda: SharedTrials(None))
     _pools: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -232,7 +234,7 @@ class Trial:
     Checks that judge the same call (accuracy, precision) share one candidate run.
     """
 
-    PARTS = ("outputs", "grads", "gold", "reference")
+    PARTS = ("outputs", "grads", "gold", "reference", "reference_grads")
 
     def __init__(self, ctx: CaseContext, seed: int, distribution: str):
         self.ctx = ctx
@@ -448,12 +450,57 @@ class Trial:
             self.ctx.gold_backward_fn,
             device=gold.gold_device(self.ctx.case.device),
         )
+        return self._timed(chunks)
+
+    def _timed(self, chunks):
+        """``chunks`` with the time of making each one counted as ``gold``."""
         while True:
             with self.ctx.clock.phase("gold"):
                 item = next(chunks, None)
             if item is None:
                 return
             yield item
+
+    def reference_grad_chunks(self):
+        """The honest fp32 reference's gradient (autograd of ``ctx.reference_fn`` on the
+        inputs as the candidate gets them, in their dtype), in the gold's very chunks
+        (same slices, same order: zip it with :meth:`gold_grad_chunks`); timed as ``gold``
+        like the forward reference."""
+        fn = self.ctx.reference_fn
+        chunks = gold.backward_chunks(
+            self.ctx.op,
+            lambda **args: differentiable_call(fn, args),
+            self.cpu_inputs,
+            self.upstream,
+            self.ctx.lead,
+            upcast=False,
+        )
+        return self._timed(chunks)
+
+    def reference_grads(self, make: Callable[[], dict]) -> dict:
+        """``backward_precision``'s summary of the reference gradient's errors (a few
+        numbers a row, whatever the candidate): ``make()``'s, made once per trial and
+        shared with the run's other candidates like the reference. A method, not a
+        property: ``make`` may do its caller's own work in the same pass over the gold."""
+        return self._cached("reference_grads", lambda: self._shared("reference_grads", make))
+
+
+def _copy(t: torch.Tensor) -> torch.Tensor:
+    return t.clone()
+
+
+def _same(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+def differentiable_call(fn: Callable, args: dict) -> list[torch.Tensor]:
+    """``fn(**args)`` as a list of outputs, recorded for autograd with every saved tensor
+    copied when saved: a reference that works in place on a tensor autograd saved (logp's
+    flushed ``exp_`` for 16-bit logits thresholds exp's output in place) stays
+    differentiable, with the gradient of what it computed."""
+    with torch.autograd.graph.saved_tensors_hooks(_copy, _same):
+        out = fn(**args)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 class Check:
@@ -468,6 +515,10 @@ class Check:
     # observes with small inputs only (pools or draws of its own, a trial's first rows):
     # the trial's full inputs may be let go of before it runs (Trial.unmap_inputs)
     small_inputs: ClassVar[bool] = False
+    # draws inputs of its own (invariance pools, other shapes): observes after every check
+    # that reads the trial's results, so those are freed before its draws (it may read
+    # them first, listed in ``uses``, and call ``trial.finished`` itself)
+    draws_own: ClassVar[bool] = False
     summary: ClassVar[str] = ""
 
     def __init__(self, ctx: CaseContext, params: dict | None = None):
@@ -522,6 +573,19 @@ def _fault(exc: Exception, what: str) -> CandidateFault:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0][:500] if text else "(no message)"
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Run a block at ``n`` CPU threads (torch's intra-op pool, which candidates read
+    through ``torch.get_num_threads()``), then restore the count: a kernel whose results
+    follow the thread count shows it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def flat_rows(t: torch.Tensor, nlead: int) -> torch.Tensor:

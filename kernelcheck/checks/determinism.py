@@ -1,5 +1,10 @@
 """``determinism``: repeated runs on the same input give the same bits.
 
+The repeats run at the process's thread count, and then ``thread_repeats`` more at
+``threads`` CPU threads (8, even on 2 cores): partial sums that threads add in the order
+they finish agree at 2 threads often enough, and differ at 8. A row's bits may not
+depend on the thread count either, so those runs are compared with run 1 too.
+
 Outputs (one value per row) are compared whole; gradients by 32-bit row digests
 (:func:`~kernelcheck.checks.metrics.row_digests`), so a repeat never holds two copies of
 a Qwen3-sized gradient: the trial's own gradient is freed before the repeats run.
@@ -9,13 +14,13 @@ from __future__ import annotations
 
 import torch
 
-from kernelcheck.checks.base import Check, Outcome, Trial, fmt_index
+from kernelcheck.checks.base import Check, Outcome, Trial, fmt_index, torch_threads
 from kernelcheck.checks.metrics import bits, first_bit_difference, row_digests
 
 
 class Determinism(Check):
     name = "determinism"
-    PARAMS = {"repeats": 3, "max_seeds": 1}
+    PARAMS = {"repeats": 3, "max_seeds": 1, "threads": 8, "thread_repeats": 2}
     summary = "repeated runs (forward, and backward when on) are bit-identical"
     uses = frozenset({"outputs", "grads"})
 
@@ -46,13 +51,23 @@ class Determinism(Check):
                 for n, g in trial.grads.items()
             ]
         trial.finished(self.name)  # the digests are all the repeats need
-        for r in range(1, max(2, int(self.params["repeats"]))):
+        plain = max(2, int(self.params["repeats"]))
+        threads = int(self.params["threads"])
+        runs = [(r, None) for r in range(1, plain)]
+        runs += [(plain + k, threads) for k in range(int(self.params["thread_repeats"]))]
+        for r, n in runs:
             self.runs += 1
-            detail = self._compare(reference, self._repeat(trial))  # freed before the next
+            if n is None:
+                results = self._repeat(trial)
+            else:
+                with torch_threads(n):
+                    results = self._repeat(trial)
+            detail = self._compare(reference, results)  # freed before the next
             if detail:
                 self.differ += 1
                 if self.first is None:
-                    self.first = (trial, f"run {r + 1} {detail} vs run 1")
+                    at = "" if n is None else f" (at {n} threads)"
+                    self.first = (trial, f"run {r + 1}{at} {detail} vs run 1")
 
     def _compare(self, reference: list, results: list) -> str:
         """The first difference of one repeat from run 1 ('' when none)."""
@@ -80,7 +95,11 @@ class Determinism(Check):
 
     def outcome(self) -> Outcome:
         # ``repeats`` counts every run, the first included, as the spec's ``repeats`` does
-        metrics = {"repeats": self.runs + 1, "differing_runs": self.differ}
+        metrics = {
+            "repeats": self.runs + 1,
+            "differing_runs": self.differ,
+            "threads": int(self.params["threads"]),
+        }
         tol = {"mode": "bitwise"}
         if self.first:
             t, what = self.first

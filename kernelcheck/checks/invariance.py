@@ -1,23 +1,31 @@
 """``forward_invariance`` and ``backward_invariance``: bitwise batch invariance.
 
-A pool of R distinct rows (default 300) is run in three layouts, and every row must
-give the same bits in each:
+A row's bits may depend on its length (V) alone. A pool of distinct rows is drawn, R of
+them (default 300) are run alone, and every one of those must give the same bits in
+each of these layouts:
 
-- ``alone``: each row in a batch of its own (batch 1), the reference;
-- ``batches``: the rows in a seeded random order, dealt into consecutive batches whose
-  sizes cycle through ``batch_sizes`` (2, 4, 16), each batch's storage starting one
-  element past its allocation (``misaligned``), so rows sit at other positions, in
-  small batches, at other address alignments;
-- ``one batch``: all R rows in one batch, in another seeded order, with a 3-D lead
-  shape (``lead_3d``) when R factors.
+- ``alone``: each row in a batch of its own (batch 1), the reference, at all threads;
+- ``batches``: the R rows in a seeded random order, dealt into consecutive batches whose
+  sizes cycle through ``batch_sizes`` and the odd sizes 3, 5, 7 (one real kernel differs
+  only in batches of 3), each batch's storage starting one element past its allocation
+  (``misaligned``), every other batch at **one** CPU thread: rows at other positions, in
+  small batches, at other address alignments, with another thread count than alone;
+- ``one batch``: the R rows, each several times over, in one batch of ``big_rows``
+  (4,096) rows, or at long rows of as many as hold ``big_elements`` (80M, 320 MiB of
+  fp32: 553 rows at the Qwen3 vocab), with a 3-D lead shape (``lead_3d``) when it
+  factors: the scale where a kernel switches strategy (split reductions, another block
+  count, a size threshold);
+- ``own batch``: up to ``own_rows`` rows of the case's own trial, whose batch call the
+  accuracy checks made, against the same rows alone: the case's real shape.
 
-A kernel whose reduction order depends on N, on the block that took the row, on the
-lead shape or on the row's address alignment gives some row other bits in some layout.
+A kernel whose reduction order depends on N, N*V, the block that took the row, the lead
+shape, the thread count or the row's address alignment gives some row other bits in some
+layout.
 
-The guarantee: every pool row is compared between batch 1 and multi-row batches, so a
-kernel that changes a fraction p of rows when the batch composition changes escapes
-with probability (1 - p)^R at most; at p = 5% and R = 300 that is 2.1e-7. The metric
-``miss_probability_5pct`` states it for the R actually used.
+The guarantee: every one of the R rows is compared between batch 1 and multi-row
+batches, so a kernel that changes a fraction p of rows when the batch composition
+changes escapes with probability (1 - p)^R at most; at p = 5% and R = 300 that is
+2.1e-7. The metric ``miss_probability_5pct`` states it for the R actually used.
 """
 
 from __future__ import annotations
@@ -26,12 +34,20 @@ import math
 
 import torch
 
+from kernelcheck import dtypes
 from kernelcheck.cases.inputs import row_distribution
-from kernelcheck.checks.base import Check, Outcome, Trial
+from kernelcheck.checks.base import Check, Outcome, Trial, torch_threads
 from kernelcheck.checks.metrics import first_bit_difference, row_digests
 
-POOL_BYTES = 1 << 30  # the pool's inputs at most ~1 GiB: R shrinks only for huge rows
+POOL_BYTES = 1 << 30  # the compared rows' inputs at most ~1 GiB: R shrinks only for huge rows
+ODD_SIZES = (3, 5, 7)  # always among the small batches
 POSITION_BUCKETS = 16  # the invariance grid's columns: positions in a batch, bucketed
+
+
+def other_thread_count() -> int:
+    """The small batches' CPU thread count: 1 against alone's all cores (2 on a machine
+    with one core, so that the counts differ anywhere)."""
+    return 1 if torch.get_num_threads() > 1 else 2
 
 
 def position_counts(bad: torch.Tensor, buckets: int = POSITION_BUCKETS) -> tuple[int, list, list]:
@@ -90,12 +106,16 @@ def miss_probability(rows: int, fraction: float = 0.05) -> float:
 
 class _Invariance(Check):
     small_inputs = True
+    draws_own = True
     PARAMS = {
         "rows": 300,
         "batch_sizes": [1, 2, 4, 16, 300],
         "max_seeds": 1,
         "lead_3d": True,
         "misaligned": True,
+        "big_rows": 4096,
+        "big_elements": 5 << 24,
+        "own_rows": 32,
     }
 
     def __init__(self, ctx, params=None):
@@ -121,64 +141,128 @@ class _Invariance(Check):
         on the CPU."""
         raise NotImplementedError
 
-    def pool_rows(self) -> int:
-        """R: the ``rows`` parameter (at least the largest batch size), within POOL_BYTES."""
-        sizes = [int(n) for n in self.params["batch_sizes"]]
-        want = max([int(self.params["rows"]), *sizes])
+    def _own_results(self, trial: Trial) -> list[torch.Tensor]:
+        """The trial's own row-wise results, ``[rows, ...]`` (shared with accuracy)."""
+        raise NotImplementedError
+
+    def _row_bytes(self, itemsize: int) -> int:
+        """Bytes of one lead row of the row-wise inputs, their floats at ``itemsize``."""
         ctx, op = self.ctx, self.ctx.op
         per_row = 0
         for spec in op.inputs:
             if op.is_row_wise(spec):
                 inner = [ctx.sizes[d] for d in spec.shape[len(op.lead) :] if d in ctx.sizes]
-                per_row += 8 * math.prod(inner)
-        return max(1, min(want, POOL_BYTES // max(1, per_row)))
+                per_row += itemsize * math.prod(inner)
+        return max(1, per_row)
+
+    def pool_rows(self) -> int:
+        """R: the ``rows`` parameter (at least the largest batch size), within POOL_BYTES."""
+        sizes = [int(n) for n in self.params["batch_sizes"]]
+        want = max([int(self.params["rows"]), *sizes])
+        return max(1, min(want, POOL_BYTES // self._row_bytes(8)))
+
+    def big_rows(self, rows: int) -> int:
+        """The one batch's rows: ``big_rows`` (4,096), fewer at long rows, as many as hold
+        ``big_elements`` (80M: 320 MiB of fp32, past the 256 MiB where kernels commonly
+        switch strategy), within POOL_BYTES of inputs; never fewer than the R rows."""
+        itemsize = torch.empty(0, dtype=dtypes.torch_dtype(self.ctx.case.dtype)).element_size()
+        per_row = self._row_bytes(1)
+        want = min(int(self.params["big_rows"]), -(-int(self.params["big_elements"]) // per_row))
+        return max(rows, min(want, POOL_BYTES // self._row_bytes(itemsize)))
 
     def observe(self, trial: Trial) -> None:
-        ctx, op = self.ctx, self.ctx.op
+        ctx = self.ctx
         rows = self.pool_rows()
+        big = self.big_rows(rows)
+        own = self._own_rows(trial)  # before the pool: a Qwen3 trial's results go first
         pool, pool_up = ctx.pool(trial.seed, trial.distribution, rows)
-        row_wise = {i.name: op.is_row_wise(i) for i in op.inputs}
         gen = torch.Generator().manual_seed(trial.seed * 7919 + rows)
 
-        def run(index: list[int], lead: tuple[int, ...], misalign: bool) -> list[torch.Tensor]:
-            # fresh device inputs, so a candidate that writes them spoils nothing; only float
-            # inputs are misaligned ("misalign" is about vector loads of the data)
-            dev = {
-                k: (
-                    placed_rows(v, index, lead, ctx.device, misalign and v.is_floating_point())
-                    if row_wise[k]
-                    else v.to(ctx.device, copy=True)
-                )
-                for k, v in pool.items()
-            }
-            ups = [placed_rows(u, index, lead, "cpu", False) for u in pool_up]
-            return self._results(dev, ups, lead)
+        def run(index, lead, misalign, source=(pool, pool_up)):
+            return self._results(*self._placed(source, index, lead, misalign), lead)
 
-        # alone: the reference bits of every row
+        # alone: the reference bits of every compared row, at all threads
         self.progress("alone (batch 1)")
         alone = [run([r], (1,), False) for r in range(rows)]
-        # each row's bits alone, as 32-bit row digests (a single changed element always
-        # shows); the rows themselves stay for the first difference's message
-        digests = [torch.cat([row_digests(a[k]) for a in alone]) for k in range(len(alone[0]))]
-        reference = (alone, digests)
         self.distinct += rows
+        reference = self._reference(alone)
 
-        small = [int(n) for n in self.params["batch_sizes"] if 1 < int(n) < rows] or [2]
+        small = [int(n) for n in self.params["batch_sizes"] if 1 < int(n) < rows]
+        small = sorted({*small, *(n for n in ODD_SIZES if n < rows)}) or [2]
         misalign = bool(self.params["misaligned"])
         order = torch.randperm(rows, generator=gen).tolist()
         label = f"batches of {'/'.join(map(str, small))}" + (" misaligned" if misalign else "")
+        threads = other_thread_count()
+        label += f", half at {threads} thread" + ("s" if threads > 1 else "")
         self.progress(label)
-        for batch in deal(order, small):
-            self._compare(trial, label, batch, run(batch, (len(batch),), misalign), reference)
+        for k, batch in enumerate(deal(order, small)):
+            # every other batch at the other thread count: both counts see every size
+            with torch_threads(threads if k % 2 == 0 else torch.get_num_threads()):
+                self._compare(trial, label, batch, run(batch, (len(batch),), misalign), reference)
 
-        order = torch.randperm(rows, generator=gen).tolist()
-        shape_label, lead = lead_layouts(rows, bool(self.params["lead_3d"]))[-1]
-        label = f"one batch of {rows} ({shape_label})"
+        # the R rows again and again (copies cost nothing to draw), in a seeded order
+        order = [r % rows for r in torch.randperm(big, generator=gen).tolist()]
+        shape_label, lead = lead_layouts(big, bool(self.params["lead_3d"]))[-1]
+        label = f"one batch of {big} ({shape_label})"
         self.progress(label)
         self._compare(trial, label, order, run(order, lead, False), reference)
+        if own is not None:
+            self._compare_own(trial, own, run)
 
-    def _compare(self, trial, label, index, results, reference) -> None:
-        """Count the rows of one batch whose bits differ from the same rows alone."""
+    def _placed(self, source, index, lead, misalign):
+        """Fresh device inputs holding rows ``index`` of ``source`` (pool, upstream) in
+        ``lead``: a candidate that writes them spoils nothing; only float inputs are
+        misaligned ("misalign" is about vector loads of the data)."""
+        ctx, op = self.ctx, self.ctx.op
+        inputs, ups = source
+        dev = {
+            k: (
+                placed_rows(v, index, lead, ctx.device, misalign and v.is_floating_point())
+                if op.is_row_wise(op.input(k))
+                else v.to(ctx.device, copy=True)
+            )
+            for k, v in inputs.items()
+        }
+        return dev, [placed_rows(u, index, lead, "cpu", False) for u in ups]
+
+    @staticmethod
+    def _reference(alone: list) -> tuple:
+        """(alone results, per output their 32-bit row digests): a single changed element
+        always shows; the rows themselves stay for the first difference's message."""
+        digests = [torch.cat([row_digests(a[k]) for a in alone]) for k in range(len(alone[0]))]
+        return alone, digests
+
+    def _own_rows(self, trial: Trial):
+        """(sampled row indices, the trial's own results at those rows), or None where the
+        case has a single row; then this check reads the trial's results no more."""
+        ctx = self.ctx
+        n = math.prod(ctx.lead)
+        if n < 2:
+            return None
+        gen = torch.Generator().manual_seed(trial.seed * 104729 + n)
+        take = torch.randperm(n, generator=gen)[: int(self.params["own_rows"])].sort().values
+        results = [r[take].clone() for r in self._own_results(trial)]
+        trial.finished(self.name)  # a Qwen3 trial's gradient is freed before the pool is drawn
+        return take, results
+
+    def _compare_own(self, trial: Trial, own, run) -> None:
+        """The sampled rows of the case's own batch against the same rows alone."""
+        take, results = own
+        ctx = self.ctx
+        inputs = {
+            k: ctx.input_rows(k, v) if ctx.op.is_row_wise(ctx.op.input(k)) else v
+            for k, v in trial.cpu_inputs.items()
+        }
+        ups = [u.reshape(math.prod(ctx.lead), *u.shape[len(ctx.lead) :]) for u in trial.upstream]
+        label = f"own batch of {math.prod(ctx.lead)}"
+        self.progress(label)
+        alone = [run([int(r)], (1,), False, (inputs, ups)) for r in take]
+        reference = self._reference(alone)
+        self._compare(trial, label, list(range(len(take))), results, reference, take.tolist())
+
+    def _compare(self, trial, label, index, results, reference, names=None) -> None:
+        """Count the rows of one batch whose bits differ from the same rows alone;
+        ``names`` (default ``index``) say which rows those are in the message."""
         alone, digests = reference
         at = torch.tensor(index)
         per_output = [row_digests(got) != want[at] for got, want in zip(results, digests)]
@@ -194,10 +278,11 @@ class _Invariance(Check):
             pos = int(bad.nonzero()[0])
             k = next(k for k, m in enumerate(per_output) if bool(m[pos]))
             row = index[pos]
+            which = "pool row" if names is None else "trial row"
             self.first_trial = trial
-            self.first_dist = row_distribution(trial.distribution, row)
+            self.first_dist = row_distribution(trial.distribution, (names or index)[pos])
             self.first = (
-                f"{label}, position {pos} of {len(index)} (pool row {row}): "
+                f"{label}, position {pos} of {len(index)} ({which} {(names or index)[pos]}): "
                 f"{first_bit_difference(results[k][pos], alone[row][k][0])} vs alone"
             )
 
@@ -246,7 +331,12 @@ class _Invariance(Check):
 
 class ForwardInvariance(_Invariance):
     name = "forward_invariance"
+    uses = frozenset({"outputs"})
     summary = "a row's output bits do not depend on batch size, position, lead shape or alignment"
+
+    def _own_results(self, trial):
+        nlead = len(self.ctx.lead)
+        return [o.reshape(-1, *o.shape[nlead:]) for o in trial.outputs]
 
     def _results(self, dev, upstream, lead):
         outs = self.ctx.call(dev)
@@ -256,7 +346,14 @@ class ForwardInvariance(_Invariance):
 class BackwardInvariance(_Invariance):
     name = "backward_invariance"
     needs_grad = True
+    uses = frozenset({"grads"})
     summary = "identical (inputs, upstream grad) rows get bit-identical gradient rows anywhere"
+
+    def _own_results(self, trial):
+        op = self.ctx.op
+        return [
+            self.ctx.input_rows(n, g) for n, g in trial.grads.items() if op.is_row_wise(op.input(n))
+        ]
 
     def _results(self, dev, upstream, lead):
         _, grads = self.ctx.call_backward(dev, upstream)

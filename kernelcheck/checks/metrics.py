@@ -569,3 +569,67 @@ def aliasing_problems(inputs: dict, results: list, phase: str) -> list[str]:
             if overlaps(o, t):
                 problems.append(f"{phase} result {i} aliases input {name!r}")
     return problems
+
+
+def picked_entries(index: torch.Tensor | None, n: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(column [rows, 1], valid [rows])`` of the entry ``index`` picks in each row of
+    ``n`` entries (valid: the index is in ``[0, n)``); None without an index."""
+    if index is None:
+        return None
+    valid = (index >= 0) & (index < n)
+    return torch.where(valid, index, torch.zeros_like(index)).unsqueeze(1), valid
+
+
+def _zero_picked(values: torch.Tensor, picked) -> torch.Tensor:
+    """Set the picked entries of ``values`` to 0, in place; return them (0 where none)."""
+    column, valid = picked
+    selected = values.gather(1, column).squeeze(1)
+    values.scatter_(1, column, torch.where(valid, 0.0, selected).unsqueeze(1))
+    return torch.where(valid, selected, 0.0)
+
+
+def split_row_sums(
+    values: torch.Tensor, picked: tuple[torch.Tensor, torch.Tensor] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``[rows, n]``: (the picked entry, 0 where none; the sum of the others).
+
+    Overwrites the picked entries with 0 (``values`` is the caller's temporary): the rest
+    is summed without them, never as a difference of two sums."""
+    if picked is None:
+        return values.new_zeros(values.shape[0]), values.sum(dim=1)
+    selected = _zero_picked(values, picked)
+    return selected, values.sum(dim=1)
+
+
+def scale_weights(gold: torch.Tensor, picked) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sign(gold), sum |gold|)`` per row of a finite float64 ``[rows, n]`` gold, the
+    picked entries left out of both: what :func:`row_scale` fits a row's scale on."""
+    weight = gold.sign()
+    if picked is not None:
+        _zero_picked(weight, picked)
+    return weight, split_row_sums(gold.abs(), picked)[1]
+
+
+def row_scale(x: torch.Tensor, weight: torch.Tensor, size: torch.Tensor) -> torch.Tensor:
+    """Per row: ``sum x * sign(gold) / sum |gold|`` (see :func:`scale_weights`), 1 for a
+    row with nothing to fit. The |gold|-weighted mean of ``x / gold``: a row computed
+    exactly but scaled by ``k`` gives ``k``; and ``sum |x - scale * gold|`` is at most
+    twice ``sum |x - gold|`` (the scale moves by at most the relative L1 error)."""
+    num = torch.bmm(x.unsqueeze(1), weight.unsqueeze(2)).reshape(-1)
+    return torch.where(size > 0, num / torch.where(size > 0, size, 1.0), 1.0)
+
+
+def scaled_abs_error(x: torch.Tensor, gold: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``|x - scale * gold|`` per element of float64 ``[rows, n]``, ``scale`` per row."""
+    return torch.addcmul(x, gold, scale.neg().unsqueeze(1)).abs_()
+
+
+def worst_relative(err: torch.Tensor, gold: torch.Tensor) -> tuple[float, int] | None:
+    """The largest ``err / gold`` over the entries (rows) with ``gold > 0``, and its
+    position; None when there is none (a row of zero gradient is not judged here)."""
+    keep = gold > 0
+    if not bool(keep.any()):
+        return None
+    rel = torch.where(keep, err / torch.where(keep, gold, 1.0), -1.0)
+    at = int(rel.argmax())
+    return float(rel[at]), at

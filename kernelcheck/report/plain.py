@@ -6,7 +6,8 @@
 
 Accuracy results keep the old ``output=`` lines (the gradient line reads
 ``output=1 gradient:logits``); the other checks follow as ``check=`` lines, which old
-parsers skip.
+parsers skip. The report ends with what was not checked and the verdict line the table
+ends with too (``PASSED: ...; 16 (candidate, check) pairs ran``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from kernelcheck import dtypes
+from kernelcheck.report.summary import not_checked_lines, verdict_rest, verdict_word
 from kernelcheck.results import Report
 from kernelcheck.spec.model import OpSpec
 
@@ -32,7 +34,9 @@ def _dim_shape(dims: tuple[str, ...], shape: dict) -> tuple[int, ...]:
     return tuple(shape[d] for d in dims if d in shape)
 
 
-def to_plain(report: Report, op: OpSpec) -> str:
+def to_plain(report: Report, op: OpSpec, notes: list[str] | None = None) -> str:
+    """The old harness's lines, then ``notes`` (the shrink results), what was not checked
+    (wrapped at 80 columns: this format is for logs) and the verdict, last."""
     lines = []
     ok, rate = _rate(report.results)
     lines.append(f"suite={report.op} passed={ok and report.passed} pass_rate={rate:.4f}")
@@ -85,4 +89,7 @@ def to_plain(report: Report, op: OpSpec) -> str:
         lines.append(f"candidate={cand}-{report.op} backend={cand} unavailable: {reason}")
     if report.interrupted:
         lines.append(f"interrupted={report.interrupted} not_run={len(report.not_run)}")
+    lines += notes or []
+    lines += not_checked_lines(report)
+    lines.append(verdict_word(report) + verdict_rest(report))
     return "\n".join(lines) + "\n"

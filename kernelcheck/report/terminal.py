@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelcheck.cases.grid import fmt_attr
+from kernelcheck.report.summary import PIPE_WIDTH, not_checked_lines, verdict_rest, verdict_word
 from kernelcheck.results import CheckResult, Report
 
 STYLE = {
@@ -26,6 +27,8 @@ STYLE = {
     "crash": "bold magenta",
     "skip": "dim",
 }
+
+VERDICT_STYLE = {"PASSED": "green", "FAILED": "bold red"}  # else (nothing, interrupted): yellow
 
 LEGEND = (
     "worst: the largest error (accuracy: max |cand - gold|; precision: max error and its "
@@ -102,20 +105,15 @@ def render_table(report: Report, console: Console, notes: list[str] | None = Non
             soft_wrap=True,
         )
         console.print(f"  repro: {escape(r.repro)}", highlight=False, soft_wrap=True)
-    for cand, reason in report.unavailable.items():
-        console.print(
-            f"[dim]candidate {cand} unavailable: {escape(reason)}[/]",
-            highlight=False,
-            soft_wrap=True,
-        )
     for note in notes or []:
         console.print(escape(note), highlight=False, soft_wrap=True)
-    s = report.summary()
-    counts = ", ".join(f"{v} {k}" for k, v in s["counts"].items() if v)
-    verdict = "[green]PASSED[/]" if s["passed"] else "[bold red]FAILED[/]"
-    if report.interrupted:
-        verdict = (
-            f"[bold yellow]INTERRUPTED ({report.interrupted})[/], "
-            f"{len(report.not_run)} case(s) not run"
-        )
-    console.print(f"{verdict}: {counts} in {s['wall_time_s']:.1f} s", highlight=False)
+    # piped: wrapped at 80 columns whatever the table's width, so a log reads them whole
+    width = console.width if console.is_terminal else min(console.width, PIPE_WIDTH)
+    for line in not_checked_lines(report, width):
+        console.print(f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True)
+    word = verdict_word(report)
+    console.print(
+        f"[{VERDICT_STYLE.get(word, 'bold yellow')}]{word}[/]" + escape(verdict_rest(report)),
+        highlight=False,
+        soft_wrap=True,
+    )

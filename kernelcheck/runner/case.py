@@ -209,12 +209,20 @@ def run_case(
             }
     spent = dict.fromkeys(active, 0.0)
     broken: dict[str, Outcome] = {}
-    # observed in case order, except that checks reading none of the trial's results
-    # (the invariance checks, with pools of their own; integrity) come last: a trial's
+    # observed in case order, except that checks drawing inputs of their own (invariance
+    # pools, other shapes) come last, those reading the gradient first among them, and
+    # before them those reading none of the trial's results (integrity): a trial's
     # Qwen3-sized gradient is freed before an invariance pool is drawn beside it; and once
     # the checks left to observe a trial need small inputs only, the trial lets go of its
     # inputs when the store can map them again (a reader that does need them maps them back)
-    observe_order = sorted(active.items(), key=lambda item: not item[1].uses)
+    observe_order = sorted(
+        active.items(),
+        key=lambda item: (
+            item[1].draws_own,
+            item[1].draws_own and "grads" not in item[1].uses,
+            not item[1].uses,
+        ),
+    )
     for trial in trials:
         last_full = max(
             (

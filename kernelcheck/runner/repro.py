@@ -35,7 +35,7 @@ def repro_command(
     argv += ["--candidate", case.candidate, "--device", case.device, "--dtype", case.dtype]
     argv += shape_flags(case.sizes)
     for name, value in case.attrs:
-        if name in case.shown:
+        if name in case.shown or name in case.pinned:
             argv += ["--attr", f"{name}={fmt_attr(value)}"]
     argv += ["--checks", check]
     if seed is not None:

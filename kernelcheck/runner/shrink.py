@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from kernelcheck.cases.grid import Case
 from kernelcheck.cases.inputs import MIX
+from kernelcheck.checks import CHECKS
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.case import RunOptions
 from kernelcheck.runner.execute import Executor
@@ -238,6 +239,7 @@ def shrink(
         # their defaults, and the same ones shown in ids and repros
         attrs=tuple((k, r.attributes.get(k, v[0])) for k, v in op.attributes.items()),
         shown=tuple(k for k in op.attributes if k in r.attributes),
+        pinned=tuple(op.attribute_sweeps),
     )
     own = executor is None
     executor = executor or Executor()
@@ -333,7 +335,11 @@ def shrink_failures(
     run with the plan's isolation and timeout. The outcomes are also recorded in
     ``report.extra["shrunk"]`` (the JSON summary), keyed ``"<case_id> <check>"``.
     """
-    failing = [r for r in report.results if r.status not in ("pass", "skip")]
+    failing = [
+        r
+        for r in report.results
+        if r.status not in ("pass", "skip") and getattr(CHECKS.get(r.check), "shrinkable", True)
+    ]
     first: dict[tuple, CheckResult] = {}
     for r in sorted(failing, key=lambda r: (_rows(plan.op, r.shape), sum(r.shape.values()))):
         first.setdefault((r.candidate, r.dtype, r.check), r)

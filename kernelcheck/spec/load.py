@@ -8,6 +8,7 @@ a :class:`SpecError` naming the file, the key and what was expected.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,6 +30,8 @@ from kernelcheck.spec.model import (
     OutputSpec,
     RaiseRule,
     Tolerance,
+    scale_names,
+    scale_value,
 )
 
 DEVICES = ("cpu", "cuda", "npu")
@@ -179,6 +182,7 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
             raise SpecError(
                 path, f"input.{inp.name}.index_into", f"unknown input {inp.index_into!r}"
             )
+    _check_related(inputs, path)
     outputs = tuple(
         _parse_output(t, path, i, dims, names) for i, t in enumerate(_tables(raw, "output", path))
     )
@@ -194,7 +198,10 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         contract.get("out_of_range"), path, inputs, [o.name for o in outputs], list(grad_inputs)
     )
     grid = _parse_grid(_get(raw, "grid", dict, path, ""), path, dims)
-    attributes = _parse_attributes(_get(raw, "attributes", dict, path, "", default={}), path)
+    _check_scales(inputs, dims, grid, path)
+    attributes, sweeps = _parse_attributes(
+        _get(raw, "attributes", dict, path, "", default={}), path
+    )
     _check_switches(inputs, attributes, grad_inputs, path)
     return OpSpec(
         name=name,
@@ -223,6 +230,7 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         candidates=_parse_candidates(raw.get("candidate", []), path),
         timeout_s=float(_get(raw, "timeout_s", (int, float), path, "", default=600.0)),
         attributes=attributes,
+        attribute_sweeps=sweeps,
         masked=_parse_masked(contract.get("masked"), path, inputs, [o.name for o in outputs]),
         must_raise=_parse_must_raise(contract.get("must_raise"), path, inputs),
     )
@@ -309,22 +317,48 @@ def _parse_must_raise(t, path: Path, inputs) -> RaiseRule | None:
 ATTRIBUTE_TYPES = (bool, int, float, str)
 
 
-def _parse_attributes(table: dict, path: Path) -> dict[str, tuple]:
-    """``eps = 1e-6`` (one value) or ``temperature = [1.0, 0.7]`` (a grid axis)."""
-    out = {}
+def _parse_attributes(table: dict, path: Path) -> tuple[dict[str, tuple], dict[str, tuple]]:
+    """(grid values, sweep values) per attribute.
+
+    ``eps = 1e-6`` (one value), ``temperature = [1.0, 0.7]`` (a grid axis: every value
+    with every shape) or ``temperature = { default = 1.0, sweep = [0.7, 1.3] }``: the
+    default run also checks each sweep value, one attribute at a time, the others at
+    their defaults (on the grid's ``sweep_shapes``).
+    """
+    values_of, sweeps = {}, {}
     for name, value in table.items():
         key = f"attributes.{name}"
         if not name.isidentifier():
             raise SpecError(path, key, "expected a Python identifier (it is a keyword argument)")
+        sweep: list = []
+        if isinstance(value, dict):
+            if "default" not in value:
+                raise SpecError(
+                    path,
+                    key,
+                    "expected a number, bool or string, a non-empty list of them, or "
+                    f"{{ default = value, sweep = [values] }}, got {value!r}",
+                )
+            _check_keys(value, {"default", "sweep"}, path, key)
+            sweep = value.get("sweep", [])
+            if not isinstance(sweep, list):
+                raise SpecError(path, f"{key}.sweep", f"expected a list, got {_tname(sweep)}")
+            value = value["default"]
         values = value if isinstance(value, list) else [value]
-        if not values or not all(isinstance(v, ATTRIBUTE_TYPES) for v in values):
-            raise SpecError(
-                path,
-                key,
-                f"expected a number, bool or string, or a non-empty list of them, got {value!r}",
-            )
-        out[name] = tuple(values)
-    return out
+        for what, vals in ((key, values), (f"{key}.sweep", sweep or values)):
+            if not vals or not all(isinstance(v, ATTRIBUTE_TYPES) for v in vals):
+                raise SpecError(
+                    path,
+                    what,
+                    f"expected a number, bool or string, or a non-empty list of them, got {vals!r}",
+                )
+        if sweep and any(type(v) is not type(values[0]) for v in sweep):
+            raise SpecError(path, f"{key}.sweep", f"expected values like the default {values[0]!r}")
+        values_of[name] = tuple(values)
+        extra = tuple(dict.fromkeys(v for v in sweep if v not in values))
+        if extra:
+            sweeps[name] = extra
+    return values_of, sweeps
 
 
 def _parse_dims(table: dict, path: Path) -> dict[str, Dim]:
@@ -371,6 +405,8 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
             "true_fraction",
             "scale",
             "when",
+            "related_to",
+            "perturbation",
         },
         path,
         key,
@@ -381,7 +417,8 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
     if dtype != "case" and dtype not in dtypes.FIXED_DTYPES:
         valid = ", ".join(["case", *dtypes.FIXED_DTYPES])
         raise SpecError(path, f"{key}.dtype", f"unknown dtype {dtype!r}; expected one of: {valid}")
-    values = _get(t, "values", str, path, key, default="case")
+    related_to = _get(t, "related_to", str, path, key, default=None)
+    values = _get(t, "values", str, path, key, default="related" if related_to else "case")
     from kernelcheck.cases.inputs import DISTRIBUTIONS
 
     if values not in VALUE_KINDS and values not in DISTRIBUTIONS:
@@ -393,9 +430,8 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
     true_fraction = float(_get(t, "true_fraction", (int, float), path, key, default=0.5))
     if not 0.0 <= true_fraction <= 1.0:
         raise SpecError(path, f"{key}.true_fraction", f"expected 0..1, got {true_fraction}")
-    scale = float(_get(t, "scale", (int, float), path, key, default=1.0))
-    if not scale > 0:
-        raise SpecError(path, f"{key}.scale", f"expected a number > 0, got {scale}")
+    scale = _parse_scale(t, path, key, dims)
+    perturbation = _parse_related(t, path, key, values, related_to)
     index_of = _get(t, "index_of", str, path, key, default=None)
     if values == "index" and index_of not in dims:
         raise SpecError(path, f"{key}.index_of", "an index input needs index_of = <a declared dim>")
@@ -413,7 +449,75 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
         true_fraction=true_fraction,
         scale=scale,
         when=_get(t, "when", str, path, key, default=None),
+        related_to=related_to,
+        perturbation=perturbation,
     )
+
+
+def _parse_scale(t: dict, path: Path, key: str, dims: dict[str, Dim]) -> float | str:
+    """A number > 0, or a formula of declared dims (``"1/sqrt(hidden)"``): its grammar and
+    names are checked here, its value at every grid shape by :func:`_check_scales`."""
+    scale = _get(t, "scale", (int, float, str), path, key, default=1.0)
+    if isinstance(scale, str):
+        try:
+            names = scale_names(scale)
+        except ValueError as exc:
+            raise SpecError(
+                path, f"{key}.scale", f"expected a number or a formula of the dims: {exc}"
+            ) from None
+        for n in sorted(names):
+            if n not in dims:
+                raise SpecError(path, f"{key}.scale", _unknown("dim", n, dims))
+        return scale
+    if not scale > 0 or not math.isfinite(scale):
+        raise SpecError(path, f"{key}.scale", f"expected a number > 0, got {scale}")
+    return float(scale)
+
+
+def _parse_related(t: dict, path: Path, key: str, values: str, related_to: str | None) -> float:
+    """``related_to`` and ``perturbation`` (a std >= 0) belong to values = "related" only."""
+    if values == "related" and related_to is None:
+        raise SpecError(path, f"{key}.related_to", "a related input needs related_to = <an input>")
+    if related_to is not None and values != "related":
+        raise SpecError(path, f"{key}.values", 'an input with related_to has values = "related"')
+    if "perturbation" in t and values != "related":
+        raise SpecError(path, f"{key}.perturbation", 'only a values = "related" input has one')
+    perturbation = float(_get(t, "perturbation", (int, float), path, key, default=0.0))
+    if not 0.0 <= perturbation < math.inf:
+        raise SpecError(path, f"{key}.perturbation", f"expected a std >= 0, got {perturbation}")
+    return perturbation
+
+
+def _check_related(inputs: tuple[InputSpec, ...], path: Path) -> None:
+    """A related input derives from a float input of its shape, drawn before it (not
+    itself related) and present whenever it is (same ``when``)."""
+    floats = {i.name: i for i in inputs if i.values not in ("index", "mask", "related")}
+    for inp in inputs:
+        if inp.related_to is None:
+            continue
+        key = f"input.{inp.name}.related_to"
+        base = floats.get(inp.related_to)
+        if base is None:
+            raise SpecError(path, key, _unknown("float input", inp.related_to, floats))
+        if base.shape != inp.shape:
+            shapes = f"{list(base.shape)}, not {list(inp.shape)}"
+            raise SpecError(path, key, f"{base.name!r} has shape {shapes}")
+        if base.when != inp.when:
+            whens = f"when = {base.when!r}, this input by {inp.when!r}"
+            raise SpecError(path, key, f"{base.name!r} is switched by {whens}")
+
+
+def _check_scales(inputs: tuple[InputSpec, ...], dims: dict[str, Dim], grid: Grid, path: Path):
+    """A scale formula gives a number > 0 at the default dims and at every grid shape."""
+    defaults = {name: d.default for name, d in dims.items()}
+    for inp in inputs:
+        if not isinstance(inp.scale, str):
+            continue
+        for sizes in (defaults, *grid.shapes):
+            try:
+                scale_value(inp.scale, sizes)
+            except ValueError as exc:
+                raise SpecError(path, f"input.{inp.name}.scale", str(exc)) from None
 
 
 def _parse_output(t: dict, path: Path, i: int, dims: dict[str, Dim], inputs: list) -> OutputSpec:
@@ -540,7 +644,7 @@ def _tolerance(tol, path: Path, key: str) -> Tolerance:
 def _parse_grid(t: dict, path: Path, dims: dict[str, Dim]) -> Grid:
     from kernelcheck.cases.inputs import DISTRIBUTIONS
 
-    _check_keys(t, {"dtypes", "shapes", "seeds", "distributions"}, path, "grid")
+    _check_keys(t, {"dtypes", "shapes", "seeds", "distributions", "left_out"}, path, "grid")
     dts = []
     for d in _str_list(t, "dtypes", path, "grid"):
         short = dtypes.canonical(d)
@@ -558,7 +662,25 @@ def _parse_grid(t: dict, path: Path, dims: dict[str, Dim]) -> Grid:
     for d in dists:
         if d not in DISTRIBUTIONS:
             raise SpecError(path, "grid.distributions", _unknown("distribution", d, DISTRIBUTIONS))
-    return Grid(tuple(dts), parsed, tuple(seeds), tuple(dists))
+    left_out = _parse_left_out(t, path, dists)
+    return Grid(tuple(dts), parsed, tuple(seeds), tuple(dists), left_out)
+
+
+def _parse_left_out(t: dict, path: Path, dists: list[str]) -> dict[str, str]:
+    """``left_out = { zero_rows = "reason", ... }``: distributions the grid does not draw,
+    each with the reason the spec gives (an empty reason is no reason)."""
+    from kernelcheck.cases.inputs import DISTRIBUTIONS
+
+    table = _get(t, "left_out", dict, path, "grid", default={})
+    for name, reason in table.items():
+        key = f"grid.left_out.{name}"
+        if name not in DISTRIBUTIONS:
+            raise SpecError(path, key, _unknown("distribution", name, DISTRIBUTIONS))
+        if name in dists:
+            raise SpecError(path, key, "is in grid.distributions too; drop one of the two")
+        if not isinstance(reason, str) or not reason.strip():
+            raise SpecError(path, key, "expected a non-empty string: why the grid leaves it out")
+    return dict(table)
 
 
 def _grid_shape(s, path: Path, key: str, dims: dict[str, Dim]) -> dict:

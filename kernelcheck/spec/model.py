@@ -6,6 +6,10 @@ is about to call them (so ``kernelcheck list`` works when a candidate module is 
 
 from __future__ import annotations
 
+import ast
+import math
+import operator
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -26,8 +30,14 @@ class InputSpec:
     ``dtype`` is ``"case"`` (the grid dtype) or a fixed dtype name. ``values`` says how
     it is drawn (see ``VALUE_KINDS``): ``"case"`` (the case's distribution), a fixed
     distribution's name (whatever the case's), ``"weight"`` (a norm's weight, near 1),
-    ``"mask"`` (bool, ``true_fraction`` of them true) or ``"index"`` (integers in
-    ``[0, index_of)``, pointing into ``index_into`` along its last dim).
+    ``"mask"`` (bool, ``true_fraction`` of them true), ``"index"`` (integers in
+    ``[0, index_of)``, pointing into ``index_into`` along its last dim) or ``"related"``
+    (the input ``related_to`` plus a seeded normal ``perturbation``: a reference model's
+    logits are the policy's give or take a fraction of a nat, never an independent draw).
+
+    ``scale`` multiplies float draws: a number, or a formula of the dims (``"1/sqrt(hidden)"``,
+    see :func:`scale_value`) evaluated per case, since a fan-in scale that is right at one
+    size is wrong at another.
     """
 
     name: str
@@ -38,10 +48,16 @@ class InputSpec:
     index_into: str | None = None
     out_of_range_fraction: float = 0.0
     true_fraction: float = 0.5  # values = "mask"
-    scale: float = 1.0  # float draws are multiplied by it (an lm_head at ~1/sqrt(H))
+    scale: float | str = 1.0  # float draws are multiplied by it (an lm_head at 1/sqrt(H))
+    related_to: str | None = None  # values = "related": the input it is drawn from
+    perturbation: float = 0.0  # values = "related": std of the added normal, in its units
     # a bool attribute that switches this input on: drawn and passed only where it is true
     # (logp's optional mask: existing candidates never see it at the default, false)
     when: str | None = None
+
+    def scale_at(self, sizes: Mapping[str, int]) -> float:
+        """The factor of one case's draws (a formula evaluated at its sizes)."""
+        return scale_value(self.scale, sizes)
 
 
 VALUE_KINDS = {
@@ -49,7 +65,85 @@ VALUE_KINDS = {
     "index": "integers in [0, index_of), some out of range (out_of_range_fraction)",
     "weight": "a norm's weight: 1 + 0.1 * standard normal",
     "mask": "bool, true_fraction of them true (an attention mask)",
+    "related": "the input related_to plus a normal perturbation (std perturbation), rounded once",
 }
+
+
+_SCALE_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
+_SCALE_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+_SCALE_FUNCTIONS = {"sqrt": math.sqrt}
+SCALE_GRAMMAR = "numbers, dim names, + - * / **, parentheses and sqrt(...)"
+
+
+def _scale_node_ok(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return type(node.value) in (int, float)
+    if isinstance(node, ast.Call):
+        f = node.func
+        return (
+            isinstance(f, ast.Name)
+            and f.id in _SCALE_FUNCTIONS
+            and len(node.args) == 1
+            and not node.keywords
+        )
+    allowed = (ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, *_SCALE_BINARY, *_SCALE_UNARY)
+    return isinstance(node, allowed)
+
+
+def _scale_tree(expr: str) -> ast.expr:
+    """The parsed formula, every node within :data:`SCALE_GRAMMAR` (else ValueError)."""
+    try:
+        tree = ast.parse(expr.strip(), mode="eval").body
+    except SyntaxError:
+        raise ValueError(f"cannot parse {expr!r}") from None
+    for node in ast.walk(tree):
+        if not _scale_node_ok(node):
+            what = ast.unparse(node) if isinstance(node, ast.expr) else type(node).__name__
+            raise ValueError(f"{what!r} is not allowed (only {SCALE_GRAMMAR})")
+    return tree
+
+
+def _scale_eval(node: ast.expr, sizes: Mapping[str, int]) -> float:
+    """Evaluate a tree :func:`_scale_tree` accepted; never ``eval``."""
+    if isinstance(node, ast.Constant):
+        return float(node.value)
+    if isinstance(node, ast.Name):
+        if node.id not in sizes:
+            raise ValueError(f"unknown dim {node.id!r}")
+        return float(sizes[node.id])
+    if isinstance(node, ast.BinOp):
+        left, right = _scale_eval(node.left, sizes), _scale_eval(node.right, sizes)
+        return float(_SCALE_BINARY[type(node.op)](left, right))
+    if isinstance(node, ast.UnaryOp):
+        return _SCALE_UNARY[type(node.op)](_scale_eval(node.operand, sizes))
+    return _SCALE_FUNCTIONS[node.func.id](_scale_eval(node.args[0], sizes))
+
+
+def scale_names(expr: str) -> set[str]:
+    """The dim names a scale formula reads; ValueError for anything outside the grammar."""
+    tree = _scale_tree(expr)
+    funcs = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in funcs}
+
+
+def scale_value(scale: float | str, sizes: Mapping[str, int]) -> float:
+    """A number as it is, or a formula of the dims at ``sizes``: finite and > 0, else
+    ValueError (a zero or negative scale would silently draw a constant or flip signs)."""
+    if not isinstance(scale, str):
+        return float(scale)
+    try:
+        value = _scale_eval(_scale_tree(scale), sizes)
+    except (ArithmeticError, TypeError, ValueError) as exc:  # 1/0, overflow, sqrt(-1)
+        raise ValueError(f"{scale!r} cannot be evaluated at {dict(sizes)}: {exc}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{scale!r} is {value} at {dict(sizes)}; expected a number > 0")
+    return value
 
 
 @dataclass(frozen=True)
@@ -130,10 +224,15 @@ class CheckConfig:
 
 @dataclass(frozen=True)
 class Grid:
+    """The dtype x shape x seed x distribution axes of a run. ``left_out`` names each
+    distribution the op does not draw and why: a gap in coverage must be a decision the
+    spec states, not an oversight (distribution -> reason)."""
+
     dtypes: tuple[str, ...]
     shapes: tuple[dict, ...]
     seeds: tuple[int, ...]
     distributions: tuple[str, ...]
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -161,6 +260,9 @@ class OpSpec:
     # [attributes]: keyword arguments of the gold, the reference and every candidate
     # (eps, temperature); each a tuple of values, more than one making a grid axis
     attributes: dict[str, tuple] = field(default_factory=dict)
+    # values beyond the grid's that the default run checks too, one attribute at a time
+    # (``temperature = { default = 1.0, sweep = [0.7, 1.3] }``)
+    attribute_sweeps: dict[str, tuple] = field(default_factory=dict)
     masked: MaskedRule | None = None  # [contract.masked]
     must_raise: RaiseRule | None = None  # [contract.must_raise]
 

@@ -200,7 +200,88 @@ def test_zero_and_tiny_rows(catalog, dtype):
     assert (rms[::4] > 0).all() and (rms[::4] < 1e-3).all() and (rms[1::4] > 0.5).all()
 
 
-def test_an_input_scale_multiplies_its_draws(catalog):
-    op = catalog.op("linear_logp")  # the lm_head weight: normal, scale 0.1
-    w = make_inputs(op, {"tokens": 4, "hidden": 64, "vocab": 1000}, "fp32", 0, "normal")["weight"]
-    assert 0.09 < float(w.std()) < 0.11
+@pytest.mark.parametrize("hidden", [64, 1024])
+def test_an_input_scale_formula_follows_the_shape(catalog, hidden):
+    """linear_logp's lm_head is drawn at scale = "1/sqrt(hidden)" at every hidden size, so
+    its logits stay ~N(0, 1); a fixed 0.1 gave std 3.2 at hidden 1024 (and 0.1, not
+    0.125, at 64: this test replaces the one that pinned the fixed 0.1)."""
+    op = catalog.op("linear_logp")
+    x = make_inputs(op, {"tokens": 64, "hidden": hidden, "vocab": 1000}, "fp32", 0, "normal")
+    assert abs(float(x["weight"].std()) * math.sqrt(hidden) - 1) < 0.03
+    logits = x["hidden"] @ x["weight"].T
+    assert abs(float(logits.std()) - 1) < 0.05
+
+
+SCALED_SPEC = """\
+op = "scaled"
+gold = "kernelcheck.ops.swiglu:gold"
+lead = ["batch"]
+[dims]
+batch = { default = 8 }
+hidden = { default = 64 }
+[[input]]
+name = "x"
+shape = ["batch", "hidden"]
+scale = SCALE
+[[output]]
+name = "y"
+shape = ["batch", "hidden"]
+dtype = "like:x"
+[grid]
+dtypes = ["bf16"]
+shapes = [{ batch = 8 }]
+"""
+
+
+def test_a_scale_formula_draws_the_bits_of_its_value(tmp_path):
+    """A formula is evaluated per case and then scales exactly as a number would: the
+    draws of specs with numeric scales stay bit-identical."""
+    from kernelcheck.spec import load_catalog
+
+    ops = []
+    for k, scale in enumerate(["0.125", '"1/sqrt(hidden)"', '"2 ** -3 * (hidden / 64)"']):
+        path = tmp_path / f"s{k}.toml"
+        path.write_text(SCALED_SPEC.replace("SCALE", scale))
+        ops.append(load_catalog([path], builtin=False).op("scaled"))
+    drawn = [make_inputs(op, {"batch": 8, "hidden": 64}, "bf16", 2, "heavy")["x"] for op in ops]
+    bits = [t.view(torch.int16) for t in drawn]
+    assert torch.equal(bits[0], bits[1]) and torch.equal(bits[0], bits[2])
+    wide = make_inputs(ops[1], {"batch": 8, "hidden": 256}, "bf16", 2, "heavy")["x"]
+    assert 0.4 < float(wide.float().abs().max() / drawn[1].float().abs().max()) < 0.6
+
+
+RATIO_KL_SIZES = {"batch": 64, "vocab": 257}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_related_logits_stay_a_fraction_of_a_nat_from_their_input(catalog, dtype):
+    """ratio_kl's reference logits are the policy's plus N(0, 0.5^2), rounded once, in
+    every distribution: the same -inf (masked) entries, and a KL below a few nats where
+    independent draws put policy and reference thousands of nats apart (large)."""
+    from kernelcheck.ops import ratio_kl
+
+    op = catalog.op("ratio_kl")
+    for dist in ("normal", "large", "masked", "heavy", "lm", "equal", "normal+large"):
+        x = make_inputs(op, RATIO_KL_SIZES, dtype, 0, dist)
+        pol, ref = x["policy_logits"].double(), x["ref_logits"].double()
+        finite = torch.isfinite(pol)
+        assert torch.equal(finite, torch.isfinite(ref)), dist
+        diff = (ref - pol)[finite]
+        assert float(diff.abs().max()) < 3.5, (dist, float(diff.abs().max()))
+        ids, mask = x["action_ids"], x["attention_mask"]
+        _, kl = ratio_kl.gold(pol, ref, ids, mask, x["old_logps"].double())
+        assert torch.isfinite(kl).all() and float(kl.max()) < 5, (dist, float(kl.max()))
+    normal = make_inputs(op, RATIO_KL_SIZES, dtype, 0, "normal")
+    diff = normal["ref_logits"].double() - normal["policy_logits"].double()
+    assert 0.45 < float(diff.std()) < 0.55
+
+
+def test_a_16_bit_large_row_cannot_hold_the_perturbation(catalog):
+    """At |x| ~ 1e4 a bf16 ulp is 64 nats: rounding takes the reference back to the
+    policy's value (kl exactly 0), never a full ulp away (kl ~ e^64). fp32 keeps it."""
+    op = catalog.op("ratio_kl")
+    bf16 = make_inputs(op, RATIO_KL_SIZES, "bf16", 1, "large")
+    assert torch.equal(bf16["ref_logits"], bf16["policy_logits"])
+    fp32 = make_inputs(op, RATIO_KL_SIZES, "fp32", 1, "large")
+    diff = fp32["ref_logits"].double() - fp32["policy_logits"].double()
+    assert 0.45 < float(diff.std()) < 0.55

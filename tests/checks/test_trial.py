@@ -52,20 +52,21 @@ def test_a_candidate_that_writes_its_cpu_inputs_spoils_no_verdict(catalog, monke
         assert res[name].status == "pass", (name, res[name].message)
 
 
-def test_invariance_observes_after_the_trial_gradient_is_freed(catalog, monkeypatch):
-    """Checks reading none of a trial's results come last, so a Qwen3-sized gradient is
-    never alive beside an invariance pool; a released trial takes its pool with it."""
+def test_invariance_draws_its_pool_after_the_trial_gradient_is_freed(catalog, monkeypatch):
+    """Checks drawing inputs of their own come last, and take the rows they need of the
+    trial's results before their pool is drawn, so a Qwen3-sized gradient is never alive
+    beside an invariance pool; a released trial takes its pool with it."""
     from kernelcheck.checks import invariance
 
     seen = []
-    observe = invariance._Invariance.observe
+    own_rows = invariance._Invariance._own_rows
 
     def spy(self, trial):
-        seen.append((self.name, trial.__dict__.get("_grads", (None,))[0]))
-        observe(self, trial)
-        assert self.ctx._pools  # drawn for this trial ...
+        found = own_rows(self, trial)
+        seen.append((self.name, trial.__dict__.get("_grads", (None,))[0], bool(self.ctx._pools)))
+        return found
 
-    monkeypatch.setattr(invariance._Invariance, "observe", spy)
+    monkeypatch.setattr(invariance._Invariance, "_own_rows", spy)
     released = []
     release = Trial.release
 
@@ -77,8 +78,9 @@ def test_invariance_observes_after_the_trial_gradient_is_freed(catalog, monkeypa
     checks = ["forward_invariance", "backward_invariance", "backward_accuracy", "determinism"]
     res = run_small(catalog, "torch", checks, seeds=[0])
     assert all(r.status == "pass" for r in res.values()), res
-    assert seen == [("forward_invariance", "freed"), ("backward_invariance", "freed")]
-    assert released and all(not pools for pools in released)  # ... and dropped with it
+    # the one reading the gradient first: freed before either draws the pool
+    assert seen == [("backward_invariance", "freed", False), ("forward_invariance", "freed", True)]
+    assert released and all(not pools for pools in released)  # dropped with the trial
     assert list(res) == checks  # reported in the order asked for
 
 
@@ -107,7 +109,7 @@ def test_checks_needing_small_inputs_run_without_the_trials_inputs_mapped(
     if not stored:
         monkeypatch.setattr(shared, "make_run_folder", lambda: None)
     full = ("forward_accuracy", "backward_accuracy", "determinism")  # at the trial's size
-    small = ("contract", "forward_invariance", "integrity")
+    small = ("contract", "integrity", "forward_invariance")  # the one drawing its own last
     events = []  # per candidate, in order: (check, inputs held as it starts)
     seen = {}  # candidate -> (the inputs' first rows, a weak reference to them) when full
     again = {}  # candidate -> the first rows integrity reads after the letting go
@@ -150,6 +152,7 @@ def test_checks_needing_small_inputs_run_without_the_trials_inputs_mapped(
         check_names=checks,
         seeds=[0],
         isolate=False,
+        sweeps=False,
     )
     assert {r.status for r in report.results} == {"pass"}, report.results
     for cand in ("torch", "twin"):

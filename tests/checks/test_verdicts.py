@@ -54,7 +54,8 @@ def test_honest_candidate_passes_invariance_with_its_stated_coverage(catalog):
         assert r.status == "pass", r.message
         assert r.metrics["compared_rows"] == 300
         assert r.metrics["miss_probability_5pct"] == pytest.approx(miss_probability(300))
-        assert r.metrics["comparisons"] == 600  # every row in two layouts besides alone
+        # every row in small batches, 4,096 placements in one batch, 8 rows of the case
+        assert r.metrics["comparisons"] == 300 + 4096 + 8
 
 
 def test_row_sum_split_for_few_rows_is_caught(catalog):
@@ -124,6 +125,7 @@ def test_mixed_trial_failure_names_the_row_and_reruns_the_trial(planted):
         check_names=["forward_accuracy"],
         seeds=[0],
         isolate=False,
+        sweeps=False,
     )
     (r,) = report.results
     assert r.status == "fail"

@@ -88,7 +88,13 @@ def test_json_plot_data_is_bounded_and_one_line_per_array(report):
         "max_abs", "reference_max_abs", "limit",
     }  # fmt: skip
     grid = plots["forward_invariance"]["invariance"]
-    assert sum(sum(row["compared"]) for rows in grid.values() for row in rows) == 600
+    inv = next(
+        r
+        for r in data["results"]
+        if r["candidate"] == "torch" and r["check"] == "forward_invariance"
+    )
+    compared = sum(sum(row["compared"]) for rows in grid.values() for row in rows)
+    assert compared == inv["metrics"]["comparisons"] == 300 + 4096 + 32  # every placement
     assert re.search(r'"max_abs": \[[-0-9.e, ]+\],?\n', text)  # 64 numbers, one line
 
 
@@ -125,13 +131,13 @@ def test_plot_data_is_bounded_whatever_the_shape(catalog):
     def run(shape):
         report = api.run(
             catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32",
-            shape=shape, seeds=[0], distributions="normal", isolate=False,
+            shape=shape, seeds=[0], distributions="normal", isolate=False, sweeps=False,
             check_names="forward_accuracy,backward_accuracy,forward_precision,forward_invariance",
         )  # fmt: skip
         return json.loads(to_json(report))
 
     sizes = []
-    for shape in ({"batch": 2, "seq": 16, "vocab": 257}, {"batch": 4, "vocab": 10000}):
+    for shape in ({"batch": 2, "seq": 16, "vocab": 257}, {"batch": 32, "vocab": 10000}):
         data = run(shape)
         plots = [json.dumps(r["plots"]) for r in data["results"]]
         sizes.append([len(p) for p in plots])
@@ -184,3 +190,58 @@ def test_the_json_writer_keeps_each_results_text_and_writes_the_same_file(report
     writer.write(growing)
     assert path.read_text() == to_json(growing)
     assert json.loads(path.read_text())["results"][2]["message"] == "shrunk: a smaller case"
+
+
+def _result(candidate, check, status, message="", dtype="fp32", **attributes):
+    from kernelcheck.results import CheckResult
+
+    shape = {"batch": 2, "vocab": 33}
+    tags = "".join(f"-{k}={v}" for k, v in attributes.items())
+    return CheckResult("logp", candidate, "cpu", dtype, shape, check, status,
+                       f"{candidate}-{dtype}-2x33{tags}", message=message,
+                       attributes=attributes)  # fmt: skip
+
+
+def test_not_checked_names_what_each_skip_reason_left_out_and_the_verdict_is_last(catalog):
+    """One line per distinct reason, naming the fewest axes that single the skips out
+    (temperature=0.7, not every check of that case); the verdict counts the pairs."""
+    from kernelcheck.results import Report
+
+    why = "candidate cpu does not take temperature"
+    report = Report("logp", "1", "cpu", unavailable={"cuda": "needs device cuda"})
+    report.not_planned = {"dtypes bf16": "not in the plan (--dtype fp32)"}
+    for check in ("forward_accuracy", "contract"):
+        report.results += [
+            _result("cpu", check, "pass"),
+            _result("cpu", check, "skip", why, temperature=0.7),
+            _result("torch", check, "pass", temperature=0.7),
+        ]
+    report.results.append(_result("torch", "backward_accuracy", "skip", "backward checks are off"))
+    expected = [
+        f"temperature=0.7 not checked for cpu: {why}",
+        "backward_accuracy not checked for torch: backward checks are off",
+        "dtypes bf16 not checked: not in the plan (--dtype fp32)",
+        "candidate cuda not checked: needs device cuda",
+    ]
+    assert [n.line() for n in report.not_checked()] == expected
+    plain = to_plain(report, catalog.op("logp")).splitlines()
+    assert plain[-5:-1] == expected
+    assert plain[-1].startswith("PASSED: 4 pass, 3 skip in ")
+    assert plain[-1].endswith("; 4 (candidate, check) pairs ran")
+    console = Console(record=True, width=200)
+    render_table(report, console)
+    table = console.export_text().rstrip("\n").splitlines()
+    assert table[-5:-1] == expected and table[-1] == plain[-1]
+
+
+def test_a_report_of_skips_only_says_nothing_checked(catalog):
+    from kernelcheck.results import Report
+
+    report = Report("logp", "1", "cpu")
+    report.results.append(_result("torch", "backward_accuracy", "skip", "backward checks are off"))
+    assert report.passed and report.pairs_run == 0
+    last = to_plain(report, catalog.op("logp")).splitlines()[-1]
+    assert last.startswith("NOTHING CHECKED: 1 skip in ") and "0 (candidate, check) pairs" in last
+    assert report.summary()["not_checked"] == [
+        {"what": "nothing checked for torch", "reason": "backward checks are off"}
+    ]

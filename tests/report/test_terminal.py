@@ -34,7 +34,7 @@ def test_table_fits_80_columns_and_log_lines_are_whole():
     before the verdict, and stderr has one progress line per case with an ETA."""
     p = kc("run", "--op", "logp", "--spec", str(PLANTED), "--candidate", "off-by-small",
            "--candidate", "stores-bf16", "--dtype", "fp32", "--shape", "batch=8,vocab=257",
-           "--shrink-budget", "30", columns=80)  # fmt: skip
+           "--shrink-budget", "30", "--no-sweep", columns=80)  # fmt: skip
     assert p.returncode == 1, p.stderr
     lines = p.stdout.splitlines()
     table = [x for x in lines if not x.startswith(("FAIL", "  repro:", "off-by", "stores"))]
@@ -97,6 +97,7 @@ def test_precision_shows_the_limit_it_applied_with_its_own_ratio(catalog):
 def test_json_tolerance_has_limit(tmp_path):
     out = tmp_path / "r.json"
     kc("run", "--op", "logp", "--candidate", "torch", "--dtype", "bf16", "--shape",
-       "batch=4,vocab=33", "--checks", "forward_precision", "--json-out", str(out))  # fmt: skip
+       "batch=4,vocab=33", "--checks", "forward_precision", "--no-sweep", "--json-out",
+       str(out))  # fmt: skip
     (r,) = json.loads(out.read_text())["results"]
     assert r["tolerance"]["limit"] > 0

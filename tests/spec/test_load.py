@@ -277,3 +277,116 @@ def test_a_switched_input_exists_only_where_its_attribute_is_true(catalog):
     assert [i.name for i in on.inputs] == ["logits", "target", "mask"]
     assert on.masked.mask == "mask" and not on.switches
     assert on.for_attributes({}) is on  # resolved: the default no longer applies
+
+
+def _with_input(extra: str) -> str:
+    """LOGP_HEAD with one more input table after the logits."""
+    return LOGP_HEAD.replace('[[input]]\nname = "target"', extra + '[[input]]\nname = "target"')
+
+
+BAD_SCALES_AND_RELATIONS = [
+    (
+        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nscale = "exp(vocab)"\n'),
+        "input.logits.scale",
+        "'exp(vocab)' is not allowed",
+    ),
+    (
+        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nscale = "__import__(\'os\')"\n'),
+        "input.logits.scale",
+        "is not allowed",
+    ),
+    (
+        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nscale = "1/sqrt(vocb)"\n'),
+        "input.logits.scale",
+        "unknown dim 'vocb' (did you mean 'vocab'?)",
+    ),
+    (
+        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nscale = "1/(vocab - 7)"\n'),
+        "input.logits.scale",
+        "cannot be evaluated",
+    ),
+    (
+        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nscale = "7 - vocab"\n'),
+        "input.logits.scale",
+        "expected a number > 0",
+    ),
+    (
+        _with_input('[[input]]\nname = "ref"\nshape = ["batch", "vocab"]\nrelated_to = "logit"\n'),
+        "input.ref.related_to",
+        "unknown float input 'logit' (did you mean 'logits'?)",
+    ),
+    (
+        _with_input('[[input]]\nname = "ref"\nshape = ["batch", "vocab"]\nrelated_to = "target"\n'),
+        "input.ref.related_to",
+        "unknown float input 'target'",
+    ),
+    (
+        _with_input('[[input]]\nname = "ref"\nshape = ["vocab"]\nrelated_to = "logits"\n'),
+        "input.ref.related_to",
+        "'logits' has shape ['batch', 'vocab'], not ['vocab']",
+    ),
+    (
+        _with_input('[[input]]\nname = "ref"\nshape = ["batch", "vocab"]\nvalues = "related"\n'),
+        "input.ref.related_to",
+        "a related input needs related_to",
+    ),
+    (
+        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nperturbation = 0.5\n'),
+        "input.logits.perturbation",
+        'only a values = "related" input has one',
+    ),
+    (
+        LOGP_HEAD + '[grid.left_out]\nzero_row = "no eps"\n',
+        "grid.left_out.zero_row",
+        "did you mean 'zero_rows'",
+    ),
+    (LOGP_HEAD + '[grid.left_out]\nlarge = " "\n', "grid.left_out.large", "non-empty string"),
+    (LOGP_HEAD + '[grid.left_out]\nnormal = "x"\n', "grid.left_out.normal", "drop one"),
+]
+
+
+@pytest.mark.parametrize(
+    "text,key,fragment",
+    BAD_SCALES_AND_RELATIONS,
+    ids=[f"{b[1]}:{b[2][:20]}" for b in BAD_SCALES_AND_RELATIONS],
+)
+def test_bad_scale_relation_or_left_out_is_refused_in_one_line(tmp_path, text, key, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_catalog([path], builtin=False)
+    message = str(info.value)
+    assert message.startswith(str(path)) and key in message and fragment in message, message
+    assert "\n" not in message
+
+
+def test_a_scale_formula_a_relation_and_left_out_load(tmp_path):
+    text = _with_input(
+        '[[input]]\nname = "ref"\nshape = ["batch", "vocab"]\nrelated_to = "logits"\n'
+        "perturbation = 0.25\n"
+    ).replace('name = "logits"\n', 'name = "logits"\nscale = "1/sqrt(vocab)"\n')
+    text += '[grid.left_out]\nzero_rows = "no eps to guard"\n'
+    op = load_catalog([write(tmp_path, text)], builtin=False).op("mini")
+    assert op.input("logits").scale_at({"batch": 2, "vocab": 16}) == 0.25
+    ref = op.input("ref")
+    assert (ref.values, ref.related_to, ref.perturbation) == ("related", "logits", 0.25)
+    assert op.grid.left_out == {"zero_rows": "no eps to guard"}
+    plain = load_catalog([write(tmp_path, LOGP_HEAD, "plain.toml")], builtin=False).op("mini")
+    assert plain.grid.left_out == {} and plain.input("logits").scale == 1.0
+
+
+def test_every_shipped_spec_draws_or_explains_every_distribution():
+    """A distribution an op's grid leaves out is a decision its spec states: walk
+    specs/*.toml, each distribution in the grid or in [grid.left_out] with a reason."""
+    from kernelcheck.cases.inputs import DISTRIBUTIONS
+    from kernelcheck.spec.load import builtin_spec_dir, parse_op, read_toml
+
+    files = sorted(builtin_spec_dir().glob("*.toml"))
+    assert len(files) >= 6
+    for path in files:
+        raw = read_toml(path)
+        if "gold" not in raw:
+            continue  # an add-on spec: candidates only
+        grid = parse_op(raw, path).grid
+        for dist in DISTRIBUTIONS:
+            reason = grid.left_out.get(dist, "")
+            assert dist in grid.distributions or reason.strip(), (path.name, dist)

@@ -38,6 +38,9 @@ def logp(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     with respect to ``logits`` (native backward kernel).
     """
     _apply_env_isa()
+    # threads over rows follow torch's intra-op count (what a caller sets, and what
+    # kernelcheck's thread-count layouts vary); the backward runs with the same count
+    set_num_threads(torch.get_num_threads())
     return _common.logp(BACKEND, "cpu", logits, target)
 
 

@@ -1,0 +1,180 @@
+"""``shape_sweep``: the contract tolerance at the sizes where tails and index widths break.
+
+A kernel is written for a vector width, a tile and an index type, and its bugs sit at
+the edges of those: a remainder loop that handles one element, a tile boundary, a 16-bit
+column index, a row offset that stops advancing after 65,535 launches. The grid's few
+shapes rarely land there, so this check goes there on purpose, with a few rows each:
+
+- every inner dim (each dim that is not a lead dim: logp's vocab, rms_norm's hidden) at every
+  residue mod 64 (``SWEEP_BASE + r``, r = 0..63: a vector body runs several times
+  before the tail), at 1..16 (the body never runs), and next to each power of two up
+  to 2^17 (2^k - 1, 2^k, 2^k + 1: one tile and one index width short, exact, one over);
+  the other inner dims at the op's defaults;
+- one lead of ``LONG_ROWS`` (65,537) rows at the op's default inner sizes (the widest at
+  most 257: 2^24 elements in all): one grid dimension of 65,535 blocks, 16-bit row counts, and
+  chunked passes over many rows. Its inputs and gold are shared by the run's candidates
+  like a trial's.
+
+Each shape is judged like ``forward_accuracy`` and ``backward_accuracy`` (the same
+contract tolerance, against the float64 gold), on inputs drawn exactly as a case of
+that shape draws them (same seed and distributions), so the failing shape named in the
+message reruns as an ordinary case. The sweep does not depend on the case's own shape:
+it runs once per (candidate, dtype, attributes), in the grid's first shape's case.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from kernelcheck.cases.grid import Case
+from kernelcheck.cases.inputs import MIX, parts_of
+from kernelcheck.cases.shared import SharedTrials
+from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
+from kernelcheck.checks.base import CaseContext, Check, Outcome, Trial
+from kernelcheck.spec.model import OpSpec
+
+SWEEP_BASE = 256
+RESIDUES = 64
+SMALL_SIZES = 16
+MAX_POWER = 17
+LONG_ROWS = 65_537
+LONG_INNER = 257  # the long lead's inner sizes at most (65,537 x 257 > 2^24)
+OTHER_INNER = 16  # the inner dims not swept, at most
+SHARE_ELEMENTS = 1 << 20  # shapes this large share their draws and gold across candidates
+
+
+def sweep_sizes() -> list[int]:
+    """The reduced-dim sizes, ascending: 1..16, every residue mod 64 past SWEEP_BASE, and
+    2^k - 1, 2^k, 2^k + 1 for k = 1..MAX_POWER."""
+    sizes = set(range(1, SMALL_SIZES + 1))
+    sizes |= {SWEEP_BASE + r for r in range(RESIDUES)}
+    for k in range(1, MAX_POWER + 1):
+        sizes |= {2**k - 1, 2**k, 2**k + 1}
+    return sorted(s for s in sizes if s >= 1)
+
+
+def swept_dims(op: OpSpec) -> list[str]:
+    """The dims a kernel loops over inside a row: every dim that is not a lead dim
+    (logp's vocab; linear_logp's hidden and vocab), in spec order."""
+    return [d for d in op.dims if d not in op.lead]
+
+
+def lead_sizes(op: OpSpec, rows: int) -> dict[str, int]:
+    """``rows`` rows in the first lead dim; the other lead dims left out when optional,
+    else 1, so the shape is one ``--shape`` reads back."""
+    out = {op.lead[0]: rows}
+    for d in op.lead[1:]:
+        if not op.dims[d].optional:
+            out[d] = 1
+    return out
+
+
+def sweep_shapes(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
+    """(label, sizes) of every swept shape, dim by dim, ascending; the long lead last.
+
+    While one dim is swept the other inner dims sit at their defaults, at most
+    ``OTHER_INNER`` (linear_logp's weight is vocab x hidden: a 2^17 hidden at the default
+    vocab would be 131M elements); the long lead has its largest inner dim at its default,
+    at most ``LONG_INNER`` (65,537 x 257 rows hold 2^24 elements, past a 16M-element
+    chunk), the others at most ``OTHER_INNER``.
+    """
+    inner = {d: op.dims[d].default for d in swept_dims(op)}
+    shapes = []
+    for dim in swept_dims(op):
+        others = {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
+        for size in sweep_sizes():
+            shapes.append((f"{dim}={size}", {**lead_sizes(op, rows), **others, dim: size}))
+    if op.lead:
+        widest = max(inner, key=inner.get) if inner else None
+        long = {d: min(v, LONG_INNER if d == widest else OTHER_INNER) for d, v in inner.items()}
+        shapes.append((f"{LONG_ROWS} rows", {**lead_sizes(op, LONG_ROWS), **long}))
+    return shapes
+
+
+def shape_flag(sizes: dict[str, int]) -> str:
+    return "--shape " + ",".join(f"{k}={v}" for k, v in sizes.items())
+
+
+class ShapeSweep(Check):
+    name = "shape_sweep"
+    small_inputs = True
+    draws_own = True
+    shrinkable = False  # it never depends on the case's own shape: the message names one
+    PARAMS = {"max_seeds": 1}
+    summary = (
+        "forward and backward within the contract tolerance at tail sizes: every residue "
+        "mod 64, 2^k-1/2^k/2^k+1 up to 2^17, and 65,537 rows"
+    )
+
+    def __init__(self, ctx, params=None):
+        super().__init__(ctx, params)
+        self.shapes = 0
+        self.failed: tuple[str, dict, Outcome] | None = None
+        self.worst: dict[str, float] = {}
+
+    def skip_reason(self) -> str | None:
+        if self.ctx.op.tolerance("forward_accuracy", self.ctx.case.dtype) is None:
+            return f"the spec has no tolerance.forward_accuracy for {self.ctx.case.dtype}"
+        if not swept_dims(self.ctx.op) and not self.ctx.op.lead:
+            return f"op {self.ctx.op.name} has no row-wise inputs"
+        return None
+
+    def trials_wanted(self, trials: list[Trial]) -> list[Trial]:
+        return trials[:1]  # one draw per shape: the sweep's coverage is its shapes
+
+    def _context(self, sizes: dict[str, int], share: bool) -> CaseContext:
+        """The case's context at another shape: same candidate, dtype, attributes; its
+        trial shared with the other candidates (``share``) or not (small shapes: a file
+        per part would cost more than drawing them again)."""
+        case: Case = replace(self.ctx.case, shape=tuple(sizes.items()))
+        shared = self.ctx.shared if share else SharedTrials(None)
+        return replace(self.ctx, case=case, shared=shared, _pools={})
+
+    def observe(self, trial: Trial) -> None:
+        # every distribution of the case, one row each (a mixed trial deals them in turn)
+        dist = MIX.join(self.ctx.case.distributions)
+        rows = max(3, len(parts_of(dist)))
+        for label, sizes in sweep_shapes(self.ctx.op, rows):
+            if self.failed is not None:
+                return
+            self.progress(label)
+            self.shapes += 1
+            self._judge(trial.seed, dist, label, sizes)
+
+    def _judge(self, seed: int, dist: str, label: str, sizes: dict[str, int]) -> None:
+        sub = self._context(sizes, share=math.prod(sizes.values()) >= SHARE_ELEMENTS)
+        at = Trial(sub, seed, dist)
+        judges = [ForwardAccuracy(sub)]
+        if self.ctx.grad:
+            judges.append(BackwardAccuracy(sub))
+        try:
+            for judge in judges:
+                if judge.skip_reason() is None:
+                    judge.observe(at)
+                    outcome = judge.outcome()
+                    worst = outcome.metrics.get("max_abs", 0.0)
+                    self.worst[judge.name] = max(self.worst.get(judge.name, 0.0), worst)
+                    if outcome.status == "fail":
+                        self.failed = (label, sizes, outcome)
+                        return
+        finally:
+            at.release()
+
+    def outcome(self) -> Outcome:
+        metrics = {"shapes": self.shapes, **{f"{k}_max_abs": v for k, v in self.worst.items()}}
+        tol = {"mode": "contract tolerance"}
+        if self.failed is None:
+            return Outcome("pass", "", metrics, tol)
+        label, sizes, found = self.failed
+        message = f"at {label} ({shape_flag(sizes)}): {found.message}"
+        metrics["failing_shape"] = dict(sizes)
+        return Outcome(
+            "fail",
+            message,
+            metrics,
+            found.tolerance,
+            found.seed,
+            found.distribution,
+            found.trial_distribution,
+        )

@@ -1,0 +1,48 @@
+"""The end of a table or plain report: what was not checked and why, then the verdict.
+
+Shared by both formats so they say the same thing. The verdict stays the last line (CI
+logs and people read the tail), and it counts the (candidate, check) pairs that ran: a
+run of skips only is ``NOTHING CHECKED``, never ``PASSED``.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from kernelcheck.results import Report
+
+PIPE_WIDTH = 80  # not on a terminal: what a log viewer or a mail shows unwrapped
+INDENT = "    "  # a wrapped not-checked line's continuation
+
+
+def verdict_word(report: Report) -> str:
+    """``PASSED``, ``FAILED``, ``NOTHING CHECKED`` or ``INTERRUPTED (SIGINT)``."""
+    if report.interrupted:
+        return f"INTERRUPTED ({report.interrupted})"
+    if not report.passed:
+        return "FAILED"
+    return "PASSED" if report.pairs_run else "NOTHING CHECKED"
+
+
+def verdict_rest(report: Report) -> str:
+    """What follows the word: counts, time, the (candidate, check) pairs that ran."""
+    s = report.summary()
+    counts = ", ".join(f"{v} {k}" for k, v in s["counts"].items() if v) or "no results"
+    n = s["pairs_run"]
+    pairs = f"{n} (candidate, check) pair{'' if n == 1 else 's'} ran"
+    lead = f", {len(report.not_run)} case(s) not run" if report.interrupted else ""
+    return f"{lead}: {counts} in {s['wall_time_s']:.1f} s; {pairs}"
+
+
+def not_checked_lines(report: Report, width: int = PIPE_WIDTH) -> list[str]:
+    """One entry per distinct reason, wrapped at ``width`` (continuations indented)."""
+    lines = []
+    for item in report.not_checked():
+        lines += textwrap.wrap(
+            item.line(),
+            width=max(width, 40),
+            subsequent_indent=INDENT,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
+    return lines

@@ -1,0 +1,80 @@
+"""The invariance layouts reach where strategies switch: a batch of 4,096 rows, odd batch
+sizes, another thread count, the case's own batch (planted bugs in
+tests/fixtures/scale_bugs.py), and the honest candidates pass them all."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernelcheck.checks.invariance import ODD_SIZES, other_thread_count
+from tests.conftest import run_small, with_candidate
+
+SHAPE = {"batch": 2, "seq": 16, "vocab": 257}
+CHECKS = ["forward_invariance", "backward_invariance"]
+
+
+def _run(catalog, bug: str, checks=CHECKS, **kw):
+    cat = with_candidate(catalog, "bug", f"scale_bugs:{bug}")
+    return run_small(cat, "bug", checks, shape=SHAPE, seeds=[0], **kw)
+
+
+@pytest.mark.parametrize(
+    "bug,layout",
+    [
+        ("switches_order_past_many_rows", "one batch of 4096"),
+        ("differs_in_batches_of_3", "batches of 2/3/4/5/7/16"),
+        ("follows_thread_count", "thread"),
+        ("differs_at_the_case_shape", "own batch of 32"),
+    ],
+)
+def test_each_layout_catches_its_bug(catalog, bug, layout):
+    res = _run(catalog, bug, ["forward_invariance"])["forward_invariance"]
+    assert res.status == "fail", res.message
+    assert layout in res.message
+    assert any(layout in k for k in res.metrics["mismatched_by_layout"])
+
+
+def test_a_switch_past_many_rows_fails_backward_too(catalog):
+    res = _run(catalog, "switches_order_past_many_rows", ["backward_invariance"])
+    assert res["backward_invariance"].status == "fail"
+    assert "one batch of 4096" in res["backward_invariance"].message
+
+
+@pytest.mark.parametrize("candidate", ["torch", "cpu"])
+def test_honest_candidates_pass_every_layout(catalog, candidate):
+    res = run_small(catalog, candidate, CHECKS, shape=SHAPE, seeds=[0])
+    for r in res.values():
+        assert r.status == "pass", r.message
+        layouts = [label for label, _ in r.plots["invariance"].items()]
+        assert any(label.startswith("one batch of 4096") for label in layouts), layouts
+        assert any(label.startswith("own batch of 32") for label in layouts), layouts
+        assert any(all(f"/{n}" in label for n in ODD_SIZES) for label in layouts), layouts
+        # 300 rows in small batches, 4,096 placements of them in one batch, 32 of the case's
+        assert r.metrics["comparisons"] == 300 + 4096 + 32
+
+
+def test_the_small_batches_run_at_another_thread_count():
+    before = torch.get_num_threads()
+    assert other_thread_count() != before
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize(("dtype", "itemsize"), [("fp32", 4), ("bf16", 2)])
+def test_the_big_batch_stays_within_its_byte_budget(catalog, dtype, itemsize):
+    """At the Qwen3 vocab 4,096 rows would be 2.5 GB in fp32: the batch holds 80M
+    elements, past 256 MiB of fp32 (a common switch point); at a small vocab it holds
+    4,096."""
+    from kernelcheck.cases.grid import Case
+    from kernelcheck.checks.base import CaseContext
+    from kernelcheck.checks.invariance import ForwardInvariance
+
+    def rows_at(vocab: int) -> int:
+        case = Case("logp", "torch", "cpu", dtype, (("batch", 8), ("vocab", vocab)), (0,), ())
+        ctx = CaseContext(catalog.ops["logp"], case, None, None, None, torch.device("cpu"), True)
+        check = ForwardInvariance(ctx)
+        return check.big_rows(check.pool_rows())
+
+    big = rows_at(151936)
+    assert big == 553 and 256 << 20 < big * 151936 * 4
+    assert rows_at(257) == 4096

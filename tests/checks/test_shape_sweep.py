@@ -1,0 +1,95 @@
+"""``shape_sweep`` goes where tails and index widths break: every residue mod 64, the
+sizes next to powers of two, 65,537 rows; a kernel wrong only on some tail fails it, and
+the shape it names reruns as an ordinary case."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelcheck import api
+from kernelcheck.checks.shape_sweep import LONG_ROWS, sweep_shapes, sweep_sizes
+from tests.conftest import run_one, run_small, with_candidate
+
+
+def test_the_sizes_cover_every_residue_and_every_power_of_two_edge():
+    sizes = sweep_sizes()
+    big = [s for s in sizes if s > 64]
+    assert {s % 64 for s in big} == set(range(64))
+    for k in range(1, 18):
+        assert {2**k - 1, 2**k, 2**k + 1} <= set(sizes)
+    assert 65537 in sizes  # just past 16-bit indices
+    assert set(range(1, 17)) <= set(sizes)
+
+
+def test_every_op_gets_its_reduced_dims_swept_and_a_long_lead(catalog):
+    for name, op in catalog.ops.items():
+        shapes = sweep_shapes(op, 3)
+        labels = [label for label, _ in shapes]
+        assert labels[-1] == f"{LONG_ROWS} rows", name
+        assert shapes[-1][1][op.lead[0]] == LONG_ROWS
+    linear = [label.split("=")[0] for label, _ in sweep_shapes(catalog.ops["linear_logp"], 3)]
+    assert {"hidden", "vocab"} <= set(linear)
+
+
+@pytest.mark.parametrize(
+    ("bug", "where"),
+    [("vector_tail_of_one", "vocab="), ("stale_rows_past_65535", f"{LONG_ROWS} rows")],
+)
+def test_a_kernel_wrong_only_on_a_tail_fails_and_its_shape_reruns(catalog, bug, where):
+    cat = with_candidate(catalog, "bug", f"scale_bugs:{bug}")
+    res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
+    assert res.status == "fail", res.message
+    assert f"at {where}" in res.message
+    # the named shape, as an ordinary case on the same seed and distributions, fails too
+    shape = res.metrics["failing_shape"]
+    again = run_one(
+        cat,
+        "logp",
+        "bug",
+        "forward_accuracy",
+        "fp32",
+        shape,
+        seeds=[0],
+        distributions=res.distribution,
+    )
+    assert again.status == "fail", again.message
+
+
+@pytest.mark.parametrize("candidate", ["torch", "cpu"])
+def test_honest_candidates_pass_the_sweep(catalog, candidate):
+    res = run_small(catalog, candidate, ["shape_sweep"], seeds=[0])["shape_sweep"]
+    assert res.status == "pass", res.message
+    assert res.metrics["shapes"] == len(sweep_sizes()) + 1
+
+
+def test_the_sweep_runs_once_per_candidate_dtype_and_attributes(catalog):
+    plan = api.plan(catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32")
+    with_sweep = [c for c in plan.cases if "shape_sweep" in c.checks]
+    assert [c.shape for c in with_sweep] == [tuple(catalog.ops["logp"].grid.shapes[0].items())]
+    assert not with_sweep[0].attrs or not with_sweep[0].shown
+
+
+def test_a_chunked_weight_gradient_that_overwrites_fails_at_the_long_lead(catalog):
+    """linear_logp's backward chunked over 2^24 logits, storing dW with = instead of +=:
+    exact with one chunk (every grid shape), wrong at 65,537 tokens."""
+    from tests.conftest import with_op_candidate
+
+    cat = with_op_candidate(
+        catalog, "linear_logp", "bug", "scale_bugs:linear_logp_chunk_overwrites_dw"
+    )
+    report = api.run(
+        cat,
+        "linear_logp",
+        candidate_names=["bug"],
+        device="cpu",
+        dtype_names="fp32",
+        check_names=["backward_accuracy", "shape_sweep"],
+        seeds=[0],
+        isolate=False,
+        sweeps=False,
+    )
+    by = {(r.case_id, r.check): r for r in report.results}
+    assert all(r.status == "pass" for (_, c), r in by.items() if c == "backward_accuracy")
+    (sweep,) = [r for (_, c), r in by.items() if c == "shape_sweep"]
+    assert sweep.status == "fail" and f"at {LONG_ROWS} rows" in sweep.message, sweep.message
+    assert "gradient:weight" in sweep.message

@@ -1,0 +1,105 @@
+"""``api.plan``: the default run sweeps every attribute's non-default values (one at a
+time, on the grid's cheap shapes), pins them in repros, and says what a candidate that
+does not take an attribute was not checked at."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelcheck import api
+from kernelcheck.errors import SpecError, UsageError
+from kernelcheck.spec import load_catalog
+from tests.conftest import with_candidate
+from tests.spec.test_load import LOGP_HEAD, write
+
+
+def _attrs(plan) -> set:
+    return {tuple(sorted(c.attributes.items())) for c in plan.cases}
+
+
+def test_the_default_run_checks_each_sweep_value_one_at_a_time(catalog):
+    plan = api.plan(catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32")
+    combos = _attrs(plan)
+    assert (("temperature", 1.0), ("with_mask", False)) in combos
+    for extra in (
+        (("temperature", 0.7), ("with_mask", False)),
+        (("temperature", 1.3), ("with_mask", False)),
+        (("temperature", 1.0), ("with_mask", True)),
+    ):
+        assert extra in combos
+    assert len(combos) == 4
+    # sweep cases show the swept attribute; the defaults' ids stay as they were
+    ids = {c.id for c in plan.cases}
+    assert "torch-fp32-2x16x257" in ids and "torch-fp32-2x16x257-temperature=0.7" in ids
+    # on the grid's first shape; the others at the defaults
+    first = tuple(catalog.ops["logp"].grid.shapes[0].items())
+    assert {c.shape for c in plan.cases if c.shown} == {first}
+
+
+def test_repros_pin_the_swept_attributes_so_they_rerun_one_case(catalog):
+    from kernelcheck.runner.repro import repro_command
+
+    plan = api.plan(catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32")
+    case = plan.cases[0]
+    cmd = repro_command(case, "forward_accuracy", 0, "normal")
+    assert "--attr temperature=1.0" in cmd and "--attr with_mask=false" in cmd
+    again = api.plan(
+        catalog,
+        "logp",
+        candidate_names=["torch"],
+        device="cpu",
+        dtype_names="fp32",
+        shape=case.sizes,
+        attributes={"temperature": 1.0, "with_mask": False},
+    )
+    assert len(again.cases) == 1
+
+
+def test_a_temperature_bug_exact_at_1_fails_the_default_run(catalog):
+    cat = with_candidate(catalog, "bug", "scale_bugs:temperature_after_logsumexp")
+    report = api.run(
+        cat,
+        "logp",
+        candidate_names=["bug"],
+        device="cpu",
+        dtype_names="fp32",
+        shape={"batch": 2, "seq": 4, "vocab": 257},
+        check_names=["forward_accuracy"],
+        isolate=False,
+    )
+    by = {tuple(sorted(r.attributes.items())): r.status for r in report.results}
+    assert by[()] == "pass"  # T = 1: exact
+    assert by[(("temperature", 0.7),)] == "fail" and by[(("temperature", 1.3),)] == "fail"
+    # it takes no mask: checked without it only, and the report says so
+    masked = [r for r in report.results if r.attributes.get("with_mask") is True]
+    assert masked and all(r.status == "skip" for r in masked)
+    assert "does not take mask" in masked[0].message
+
+
+def test_sweep_values_are_read_from_the_spec(tmp_path):
+    text = LOGP_HEAD + "[attributes]\ntemperature = { default = 1.0, sweep = [0.5, 1.0] }\n"
+    op = load_catalog([write(tmp_path, text)]).op("mini")
+    assert op.attributes["temperature"] == (1.0,)
+    assert op.attribute_sweeps == {"temperature": (0.5,)}  # the default is no sweep value
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ('{ default = 1.0, sweep = ["hot"] }', "like the default"),
+        ("{ sweep = [0.5] }", "{ default = value, sweep = [values] }"),
+        ("{ default = 1.0, sweep = 0.5 }", "expected a list"),
+        ("{ default = 1.0, swep = [0.5] }", "swep"),
+    ],
+)
+def test_bad_sweeps_are_refused(tmp_path, value, fragment):
+    path = write(tmp_path, LOGP_HEAD + f"[attributes]\ntemperature = {value}\n")
+    with pytest.raises(SpecError) as info:
+        load_catalog([path])
+    assert "attributes.temperature" in str(info.value) and fragment in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["abc", True])
+def test_an_attr_of_the_wrong_kind_is_a_usage_error(catalog, value):
+    with pytest.raises(UsageError, match="expected a float"):
+        api.plan(catalog, "logp", device="cpu", attributes={"temperature": value})
