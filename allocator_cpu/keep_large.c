@@ -1,21 +1,29 @@
 /* keep_large.c - LD_PRELOAD shim for kernelcheck's isolated workers: the last large freed
- * block stays mapped and serves the next large allocation of about its size.
+ * block stays mapped (and unreadable) and serves the next large allocation of about its size;
+ * every large block handed out reads as NaN (0xFF bytes) until written.
  *
  * Why: a Qwen3-sized trial allocates a GB-sized gradient on every backward call (the trial's,
  * then each determinism repeat's). glibc serves such blocks with fresh mmap pages and unmaps
  * them on free; on a VM that reports freed guest memory to its host (Linux free page
  * reporting), touching that memory again costs 1-5 s per GB in page clearing (measured here:
  * 25% of a Qwen3 run's CPU time in clear_page_erms). Keeping one freed block mapped lets the
- * next gradient reuse warm pages instead, in the next case too (a worker runs a candidate's
- * cases one after another: the fp32 gradient's block serves the bf16 and fp16 ones).
+ * next gradient reuse warm pages instead, in the next case of the same shape too (a worker
+ * process runs a candidate's cases of one shape one after another: the fp32 gradient's block
+ * serves the bf16 and fp16 ones).
  *
  * What it does: posix_memalign of LARGE bytes or more (torch's CPU allocator uses it) is
  * served by mmap; free of such a block keeps it (one block at most, the larger one) instead of
  * unmapping it; a later large request of size S <= the kept block's size is carved from its
  * front (the rest stays kept), a larger one unmaps it first and gets fresh pages. So resident
  * memory never exceeds what the live blocks need by more than one freed block. Every other
- * call goes to the C library. A carved block is zeroed first, so it reads as the fresh pages
- * glibc's mmap would give.
+ * call goes to the C library.
+ *
+ * It may only expose memory bugs, never hide them (kernelcheck's rule for a case's
+ * environment): a kept block is PROT_NONE, so a use after free faults as it does on the block
+ * glibc would have unmapped (kept, it would still hold the freed values); every block handed
+ * out, carved or fresh, is filled with 0xFF bytes (NaN in fp32, fp64, bf16 and fp16; -1 in
+ * integers), so a kernel that leaves elements unwritten reads NaN there, never zeros or the
+ * last call's results. KERNELCHECK_NO_KEEP_LARGE=1 leaves the shim out of the workers.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -35,12 +43,12 @@
 
 typedef struct {
   void* addr;
-  size_t size; /* mapped bytes, all handed out (zeroed when reused) */
+  size_t size; /* mapped bytes, all handed out (filled with POISON) */
 } block;
 
 static block live[MAX_LIVE]; /* large blocks handed out */
 static int n_live;           /* written under the lock, read without it (0: no large block live) */
-static block kept;           /* the one freed large block kept mapped */
+static block kept;           /* the one freed large block kept mapped, PROT_NONE */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int (*real_posix_memalign)(void**, size_t, size_t);
@@ -70,31 +78,33 @@ static int find_live(const void* p) {
   return -1;
 }
 
-#define ZERO_THREADS 4
-#define ZERO_SPLIT ((size_t)256 << 20) /* blocks from this size are zeroed by several threads */
+#define POISON 0xFF /* every byte of a block handed out: NaN in every float dtype */
+#define FILL_THREADS 4
+#define FILL_SPLIT ((size_t)256 << 20) /* blocks from this size are filled by several threads */
 
 typedef struct {
   char* addr;
   size_t size;
 } span;
 
-static void* zero_span(void* arg) {
+static void* fill_span(void* arg) {
   span* s = (span*)arg;
-  memset(s->addr, 0, s->size);
+  memset(s->addr, POISON, s->size);
   return 0;
 }
 
-/* Zero a reused block, a GB-sized one with a thread per CPU (up to ZERO_THREADS): memset of a
- * Qwen3 gradient (2.4 GB) took 0.41 s on one core here and 0.19 s on two, and a Qwen3 run reuses
- * such a block about ten times per dtype. A thread that cannot be started is done inline. */
-static void zero_block(void* addr, size_t size) {
+/* Poison a block handed out, a GB-sized one with a thread per CPU (up to FILL_THREADS): memset
+ * of a Qwen3 gradient (2.4 GB) took 0.41 s on one core here and 0.19 s on two, and a Qwen3 run
+ * reuses such a block about ten times per dtype. A thread that cannot be started is done
+ * inline. */
+static void fill_block(void* addr, size_t size) {
   cpu_set_t cpus;
   int n = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  if (n > ZERO_THREADS) n = ZERO_THREADS;
-  if (n < 1 || size < ZERO_SPLIT) n = 1;
-  span parts[ZERO_THREADS];
-  pthread_t threads[ZERO_THREADS];
-  int started[ZERO_THREADS] = {0};
+  if (n > FILL_THREADS) n = FILL_THREADS;
+  if (n < 1 || size < FILL_SPLIT) n = 1;
+  span parts[FILL_THREADS];
+  pthread_t threads[FILL_THREADS];
+  int started[FILL_THREADS] = {0};
   size_t step = size / (size_t)n / HUGE_PAGE * HUGE_PAGE;
   for (int i = 0; i < n; ++i) {
     parts[i].addr = (char*)addr + (size_t)i * step;
@@ -106,14 +116,14 @@ static void zero_block(void* addr, size_t size) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
   for (int i = 1; i < n; ++i)
-    started[i] = pthread_create(&threads[i], 0, zero_span, &parts[i]) == 0;
+    started[i] = pthread_create(&threads[i], 0, fill_span, &parts[i]) == 0;
   pthread_sigmask(SIG_SETMASK, &old, 0);
-  zero_span(&parts[0]);
+  fill_span(&parts[0]);
   for (int i = 1; i < n; ++i) {
     if (started[i])
       pthread_join(threads[i], 0);
     else
-      zero_span(&parts[i]);
+      fill_span(&parts[i]);
   }
 }
 
@@ -145,13 +155,13 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
     return real_posix_memalign(out, alignment, size);
   }
   block b = {0, 0};
-  int reused = 0;
-  if (kept.addr && kept.size >= mapped) {
-    /* warm pages: the request is carved from the kept block's front (zeroed below, outside the
-     * lock), the rest stays kept; both parts are huge-page aligned, each unmapped on its own */
+  if (kept.addr && kept.size >= mapped &&
+      mprotect(kept.addr, mapped, PROT_READ | PROT_WRITE) == 0) {
+    /* warm pages: the request is carved from the kept block's front, readable again (the
+     * rest stays kept and unreadable); both parts are huge-page aligned, each unmapped on its
+     * own */
     b.addr = kept.addr;
     b.size = mapped;
-    reused = 1;
     kept.addr = kept.size > mapped ? (char*)kept.addr + mapped : 0;
     kept.size -= mapped;
   } else {
@@ -172,9 +182,10 @@ int posix_memalign(void** out, size_t alignment, size_t size) {
   live[n_live] = b;
   __atomic_store_n(&n_live, n_live + 1, __ATOMIC_RELEASE); /* read unlocked by free */
   pthread_mutex_unlock(&lock);
-  /* zeroed, as fresh pages are: a kernel that leaves elements unwritten must not find the
-   * last call's results there (a racy backward that skips some would pass determinism) */
-  if (reused) zero_block(b.addr, b.size); /* all of it: realloc copies up to its size */
+  /* poisoned, carved or fresh (outside the lock): a kernel that leaves elements unwritten must
+   * find NaN there, never zeros (fresh pages) or the last call's results (a racy backward that
+   * skips some would pass determinism); all of it, as realloc copies up to its size */
+  fill_block(b.addr, b.size);
   *out = b.addr;
   return 0;
 }
@@ -191,10 +202,10 @@ static int release_large(void* p) {
   block b = live[i];
   live[i] = live[n_live - 1];
   __atomic_store_n(&n_live, n_live - 1, __ATOMIC_RELEASE);
-  if (!kept.addr) {
-    kept = b;
-  } else if (b.size > kept.size) {
-    munmap(kept.addr, kept.size);
+  /* kept only when larger than the block kept now, and only unreadable: a use after free must
+   * fault as on the block glibc would have unmapped, not read the freed values */
+  if ((!kept.addr || b.size > kept.size) && mprotect(b.addr, b.size, PROT_NONE) == 0) {
+    if (kept.addr) munmap(kept.addr, kept.size);
     kept = b;
   } else {
     munmap(b.addr, b.size);

@@ -87,7 +87,7 @@ def plan(
     include_bench_only: bool = False,
     attributes: dict[str, object] | None = None,
     allow_missing: Iterable[str] | str | None = None,
-    sweeps: bool = True,
+    sweeps: bool = False,
 ) -> Plan:
     """Validate every choice before anything runs; raise :class:`UsageError` with the fix."""
     spec = catalog.op(op)
@@ -259,7 +259,8 @@ def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sw
     one (dtype, shape, attributes) one after another (they share trials). The attribute
     sweeps run on the grid's first shape (its cheapest by convention: every check, at a
     tenth of the time of the whole grid); ``shape_sweep`` once per (candidate, dtype), in
-    the first shape's case at the defaults. Without ``sweeps`` (a test's narrow run) the
+    the first shape's case at the defaults. Without ``sweeps`` (the API default; the CLI
+    and the pytest plugin sweep, as the default run does) the
     attribute sweeps are left out."""
     sets = [a for a in attribute_sets(spec, overrides) if sweeps or not a.sweep]
     swept = tuple(spec.attribute_sweeps) if not overrides else ()

@@ -153,6 +153,7 @@ def build_plans(config: pytest.Config) -> list:
         "distributions": config.getoption("kernelcheck_distributions"),
         "isolate": config.getoption("kernelcheck_isolate"),
         "timeout_s": config.getoption("kernelcheck_timeout"),
+        "sweeps": True,  # the default run's coverage, as the CLI's
     }
     plans = []
     for op in ops:

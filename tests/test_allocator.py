@@ -54,24 +54,30 @@ def test_the_command_and_its_workers_tune_it_and_the_library_does_not():
 
 
 # The large-block keeper (allocator_cpu/keep_large.c), preloaded in a fresh interpreter: a
-# freed GB-sized block serves the next request of about its size, values are the caller's,
-# and realloc / malloc_usable_size of its blocks behave as the C library's.
+# freed GB-sized block serves the next request of about its size, every block handed out
+# reads 0xFF bytes (NaN) until written, values written are the caller's, and realloc /
+# malloc_usable_size of its blocks behave as the C library's. (torch's own junk fill is off
+# here: only the keeper poisons.)
 _KEEP_SCRIPT = """
 import ctypes, torch
 libc = ctypes.CDLL(None)
-a = torch.empty(40 << 20, dtype=torch.uint8)  # above the keeper's 32 MB
-first = a.data_ptr()
+def poisoned(t):  # every byte 0xFF, seen 1 MB at a time (no large temporary of its own)
+    return all(bool(part.eq(255).all()) for part in t.view(torch.uint8).split(1 << 20))
+a = torch.empty(40 << 20, dtype=torch.uint8)  # above the keeper's 32 MB: fresh pages,
+first = a.data_ptr()  # poisoned, never zero
+assert poisoned(a)
 a.fill_(7)
 assert libc.malloc_usable_size(ctypes.c_void_p(first)) >= a.numel()
 del a
-b = torch.empty(40 << 20, dtype=torch.uint8)  # the same size: the kept block, zeroed as
-assert b.data_ptr() == first and int(b.sum()) == 0  # fresh pages are (no stale 7s)
+b = torch.empty(40 << 20, dtype=torch.uint8)  # the same size: the kept block, poisoned
+assert b.data_ptr() == first and poisoned(b)  # (no stale 7s)
+assert bool(torch.empty(10 << 20)[:: 1 << 10].isnan().all())  # fp32 (any float dtype): NaN
 del b
-big = torch.full((300 << 20,), 7, dtype=torch.uint8)  # zeroed by a thread per CPU (of 2+)
+big = torch.full((300 << 20,), 7, dtype=torch.uint8)  # poisoned by a thread per CPU (of 2+)
 kept = big.data_ptr()
 del big
 big = torch.empty(300 << 20, dtype=torch.uint8)
-assert big.data_ptr() == kept and int(big.count_nonzero()) == 0
+assert big.data_ptr() == kept and poisoned(big)
 del big
 c = torch.full((10 << 20,), 3, dtype=torch.int32)  # another size: a block of its own
 assert int(c.sum()) == 3 * (10 << 20)
@@ -89,9 +95,9 @@ grad = torch.full((400 << 20,), 9, dtype=torch.uint8)  # larger than the kept bl
 at = grad.data_ptr()
 del grad  # kept now
 pool = torch.empty(40 << 20, dtype=torch.uint8)  # smaller: carved from the kept block's front,
-assert pool.data_ptr() == at and int(pool.count_nonzero()) == 0  # zeroed; the rest stays kept
+assert pool.data_ptr() == at and poisoned(pool)  # poisoned; the rest stays kept
 half = torch.empty(200 << 20, dtype=torch.uint8)  # the next dtype's gradient: from the rest
-assert half.data_ptr() == at + (40 << 20) and int(half.count_nonzero()) == 0
+assert half.data_ptr() == at + (40 << 20) and poisoned(half)
 assert libc.malloc_usable_size(ctypes.c_void_p(half.data_ptr())) == 200 << 20
 del pool, half  # the larger freed block is kept, the other unmapped
 again = torch.empty(200 << 20, dtype=torch.uint8)
@@ -126,6 +132,38 @@ def test_the_large_block_keeper_reuses_a_freed_block_and_keeps_values():
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[0] == "ok"
+
+
+# A use after free of a large block: 64 MB from posix_memalign (as torch and native kernels
+# allocate), written, freed, then read.
+_UAF_SCRIPT = """
+import ctypes
+libc = ctypes.CDLL(None)
+p = ctypes.c_void_p()
+assert libc.posix_memalign(ctypes.byref(p), 4096, 64 << 20) == 0
+ctypes.memset(p, 7, 64 << 20)
+libc.free(p)
+print("read", ctypes.string_at(p.value + (1 << 20), 4), flush=True)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="an LD_PRELOAD shim: Linux only")
+@pytest.mark.parametrize("keeper", [True, False], ids=["keeper", "glibc"])
+def test_reading_a_freed_large_block_faults_with_or_without_the_keeper(keeper):
+    """glibc unmaps a freed block this large, so the read faults; the keeper keeps it mapped
+    for reuse, and used to hand the freed values back (a use-after-free passed). It makes
+    the kept block unreadable, so the read faults as it does without it."""
+    import os
+    import signal
+
+    env = dict(os.environ)
+    if keeper:
+        shim = _keeper()
+        if shim is None:
+            pytest.skip("libkc_keep_large.so is not built (pip install -e . builds it)")
+        env["LD_PRELOAD"] = str(shim)
+    out = subprocess.run([sys.executable, "-c", _UAF_SCRIPT], capture_output=True, env=env)
+    assert out.returncode == -signal.SIGSEGV, (out.returncode, out.stdout)
 
 
 def test_workers_get_the_keeper_preloaded_unless_told_not_to(monkeypatch):

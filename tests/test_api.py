@@ -18,7 +18,9 @@ def _attrs(plan) -> set:
 
 
 def test_the_default_run_checks_each_sweep_value_one_at_a_time(catalog):
-    plan = api.plan(catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32")
+    plan = api.plan(
+        catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32", sweeps=True
+    )
     combos = _attrs(plan)
     assert (("temperature", 1.0), ("with_mask", False)) in combos
     for extra in (
@@ -39,7 +41,9 @@ def test_the_default_run_checks_each_sweep_value_one_at_a_time(catalog):
 def test_repros_pin_the_swept_attributes_so_they_rerun_one_case(catalog):
     from kernelcheck.runner.repro import repro_command
 
-    plan = api.plan(catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32")
+    plan = api.plan(
+        catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32", sweeps=True
+    )
     case = plan.cases[0]
     cmd = repro_command(case, "forward_accuracy", 0, "normal")
     assert "--attr temperature=1.0" in cmd and "--attr with_mask=false" in cmd
@@ -66,6 +70,7 @@ def test_a_temperature_bug_exact_at_1_fails_the_default_run(catalog):
         shape={"batch": 2, "seq": 4, "vocab": 257},
         check_names=["forward_accuracy"],
         isolate=False,
+        sweeps=True,
     )
     by = {tuple(sorted(r.attributes.items())): r.status for r in report.results}
     assert by[()] == "pass"  # T = 1: exact

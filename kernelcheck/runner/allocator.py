@@ -52,11 +52,11 @@ def worker_environment() -> dict[str, str]:
     (Linux, when built; ``KERNELCHECK_NO_KEEP_LARGE=1`` leaves it out).
 
     The shim (``allocator_cpu/keep_large.c``) keeps the last freed block of 32 MB or more
-    mapped (and zeroes it) for the next one of about its size: a Qwen3 trial's gradient
-    (2.5 GB in fp32) is allocated by every backward call, and on a VM that hands freed
-    memory back to its host, touching fresh memory costs 1-5 s per GB; the kept block's
-    pages are warm.
-    A reused block reads as zeroed fresh pages do: only where the memory comes from changes.
+    mapped for the next one of about its size: a Qwen3 trial's gradient (2.5 GB in fp32) is
+    allocated by every backward call, and on a VM that hands freed memory back to its host,
+    touching fresh memory costs 1-5 s per GB; the kept block's pages are warm.
+    It may only expose memory bugs: a kept block is unreadable (a use after free faults, as
+    on the block glibc would unmap), and every block it hands out reads 0xFF bytes (NaN).
 
     Also a short OpenMP spin (``GOMP_SPINCOUNT``, see ``WORKER_SPINCOUNT``) unless the user
     set it or ``OMP_WAIT_POLICY``.
@@ -82,11 +82,24 @@ def _keeper_path():
 
 
 def keeper_status() -> dict:
-    """``dict(status=available|missing|off, path, reason)`` of the large-block keeper."""
+    """``dict(status=available|missing|off, path, reason)`` of the large-block keeper; the
+    reason also says how fresh memory is poisoned (``kernelcheck doctor`` prints it)."""
     path = _keeper_path()
     if path is None:
         why = "not built" if sys.platform.startswith("linux") else "Linux only"
-        return {"status": "missing", "path": None, "reason": f"{KEEP_LARGE} {why}"}
-    if os.environ.get(NO_KEEP_LARGE_ENV, "") not in ("", "0"):
-        return {"status": "off", "path": str(path), "reason": f"{NO_KEEP_LARGE_ENV} is set"}
-    return {"status": "available", "path": str(path), "reason": "preloaded in isolated workers"}
+        status, where, reason = "missing", None, f"{KEEP_LARGE} {why}"
+    elif os.environ.get(NO_KEEP_LARGE_ENV, "") not in ("", "0"):
+        status, where, reason = "off", str(path), f"{NO_KEEP_LARGE_ENV} is set"
+    else:
+        reason = "preloaded in isolated workers (freed blocks unreadable, new ones read 0xFF)"
+        status, where = "available", str(path)
+    return {"status": status, "path": where, "reason": f"{reason}; {_poison_note()}"}
+
+
+def _poison_note() -> str:
+    """What a case's fresh memory reads (runner/poison.py)."""
+    from kernelcheck.runner.poison import cpu_poison_available
+
+    if cpu_poison_available():
+        return "fresh memory: torch CPU allocations read NaN in every case"
+    return "fresh memory: not poisoned (this torch's libc10 has no junk-fill flag)"

@@ -6,11 +6,20 @@ abort or ``os._exit`` becomes a ``crash`` result carrying the signal or exit cod
 reported on the check and the step that was running. In process (``--no-isolate``, for
 debugging), a per-case timeout is a SIGALRM that raises :class:`CaseTimeout` in the
 candidate's Python code.
+
+A verdict must not depend on what ran before it. Isolated, a candidate's cases of one
+shape share a process, and its first case of another shape gets a fresh one, forked from
+the worker's pristine state (``runner/worker.py``): a JIT-compiling candidate cannot
+carry a kernel compiled for one shape into the judgment of another, nor leave memory,
+caches or module state behind. In process nothing can be restarted: a candidate keeps
+what earlier cases left in the process, so only isolated verdicts are independent of the
+plan's order. Either way fresh memory is poisoned while a case runs (``runner/poison.py``).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -24,12 +33,14 @@ from kernelcheck.checks.base import Outcome
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.allocator import worker_environment
 from kernelcheck.runner.case import RunOptions, make_result, run_case
-from kernelcheck.runner.worker import Channel
+from kernelcheck.runner.poison import poisoned_fresh_memory
+from kernelcheck.runner.worker import FRESH, Channel
 from kernelcheck.spec.model import OpSpec
 from kernelcheck.timing import PHASES, PhaseClock, add_phases
 
 _POLL_S = 0.1
 _STARTUP_S = 120.0
+_FINISH_S = 5.0  # an idle worker told to stop ends within this, or is killed
 
 
 class CaseTimeout(BaseException):
@@ -92,7 +103,8 @@ def attempt_in_process(
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
     gen = run_case(op, case, options, at, clock)
     try:
-        yield from gen
+        with poisoned_fresh_memory(case.device):  # restored after: the process is the user's
+            yield from gen
     except CaseTimeout:
         gen.close()
         message = f"did not finish within {timeout_s:g} s (in process: candidate interrupted)"
@@ -117,14 +129,23 @@ def _describe_exit(code: int | None) -> str:
     return f"the candidate's process exited with code {code}"
 
 
+def needs_fresh_process(last_shape: tuple | None, case: Case) -> bool:
+    """A candidate's case runs in a fresh process unless its worker's last case had the
+    same shape (``None``: the worker has run nothing yet, it is fresh)."""
+    return last_shape is not None and last_shape != case.shape
+
+
 class IsolatedWorker:
-    """One child process per candidate, reused across cases, restarted after a fault."""
+    """One child process per candidate, reused across cases, restarted after a fault; its
+    cases of one shape share a case process, forked afresh for each other shape."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.channel: Channel | None = None
+        self.last_shape: tuple | None = None  # of the case its case process ran last
 
     def _start(self) -> None:
+        self.last_shape = None
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "kernelcheck.runner.worker"],
             env=worker_environment(),  # with the large-block keeper preloaded
@@ -151,9 +172,25 @@ class IsolatedWorker:
         return self.proc is not None and self.proc.poll() is None
 
     def kill(self) -> None:
+        """Kill the worker and its case process (its process group: it leads a session)."""
         proc = self.proc
         if proc is not None and proc.poll() is None:
-            proc.kill()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                proc.kill()
+
+    def finish(self) -> None:
+        """End an idle worker as a process ends its work: told to stop, then waited for, so
+        its case process exits and is reaped (its CPU time and peak memory count in the
+        command's own, as a killed orphan's would not); killed if it does not end soon."""
+        if self.alive():
+            try:
+                self.channel.send(None)
+                self.proc.wait(_FINISH_S)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.stop()
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -176,6 +213,9 @@ class IsolatedWorker:
             except WorkerStartError as exc:
                 return Fault("error", str(exc))
         try:
+            if needs_fresh_process(self.last_shape, case):
+                self.channel.send(FRESH)
+            self.last_shape = case.shape
             self.channel.send((op, case, options))
         except OSError:  # died between cases
             pass
@@ -331,7 +371,7 @@ class Executor:
 
     def close(self) -> None:
         for worker in self._closing():
-            worker.stop()
+            worker.finish()  # killed already when the run was interrupted (kill)
         with self._lock:
             self.workers.clear()
 

@@ -3,28 +3,49 @@
 A fresh interpreter (not ``multiprocessing``), so it never re-imports the parent's main
 script. It talks to the parent over its stdin/stdout with length-prefixed pickles; the
 candidate's own prints go to stderr so they cannot corrupt the channel.
+
+It imports torch and kernelcheck's checks, poisons torch's CPU allocations
+(``runner/poison.py``), and then runs no case itself: each case runs in a process forked
+from it, which serves the parent's cases until the parent asks for a fresh one
+(:data:`FRESH`, when a candidate's next case has another shape: a verdict must not depend on
+what ran before it, such as a kernel compiled for an earlier shape). A case process that
+crashes takes the worker down with the same signal or exit code, so the parent sees what it
+would have seen had the case run in the worker itself.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import resource
 import select
 import signal
 import struct
 import sys
 import time
 import traceback
+import warnings
 
 _HEADER = struct.Struct("<Q")
 
 
 class Channel:
-    """Length-prefixed pickles over a pair of file descriptors."""
+    """Length-prefixed pickles over a pair of file descriptors. ``exact``: never read past
+    the message being read (a process that stops reading leaves the rest to the next)."""
 
-    def __init__(self, read_fd: int, write_fd: int):
+    def __init__(self, read_fd: int, write_fd: int, exact: bool = False):
         self.read_fd, self.write_fd = read_fd, write_fd
+        self.exact = exact
         self.buffer = b""
+
+    def _wanted(self) -> int:
+        """How much to read next: as much as is there, or (exact) what the message lacks."""
+        if not self.exact:
+            return 1 << 20
+        if len(self.buffer) < _HEADER.size:
+            return _HEADER.size - len(self.buffer)
+        (size,) = _HEADER.unpack_from(self.buffer)
+        return _HEADER.size + size - len(self.buffer)
 
     def send(self, obj) -> None:
         data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
@@ -46,35 +67,117 @@ class Channel:
             ready, _, _ = select.select([self.read_fd], [], [], wait)
             if not ready:
                 raise TimeoutError
-            chunk = os.read(self.read_fd, 1 << 20)
+            chunk = os.read(self.read_fd, self._wanted())
             if not chunk:
                 raise EOFError
             self.buffer += chunk
 
 
+FRESH = "fresh"  # from the parent: the next case runs in a fresh process
+_RETIRED = b"R"  # from a case process to the worker: it exits because it was told to
+
+
 def main() -> None:
+    """Import torch once, then fork one case process after another from this state."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
-    channel = Channel(sys.stdin.fileno(), os.dup(sys.stdout.fileno()))
+    # exact reads: a case process that retires must leave the next message in the pipe
+    channel = Channel(sys.stdin.fileno(), os.dup(sys.stdout.fileno()), exact=True)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints of candidates go to stderr
     sys.path[:] = channel.recv()  # the parent's import path, for candidates found through it
 
     import torch  # noqa: F401 - imported before "ready": start-up is not case time
 
     from kernelcheck.runner.allocator import keep_chunks_in_heap
+    from kernelcheck.runner.poison import poison_cpu_allocations
 
     keep_chunks_in_heap()
+    poison_cpu_allocations()  # before any candidate loads: every torch CPU tensor reads NaN
 
-    from kernelcheck.runner.case import run_case
-    from kernelcheck.timing import PhaseClock
+    # torch's own lazy import on the first torch.autograd.grad (it pulls in sympy): about a
+    # CPU second in every case process otherwise
+    import torch.fx.experimental.symbolic_shapes  # noqa: F401
+
+    import kernelcheck.runner.case  # noqa: F401 - the checks, imported once for every fork
 
     channel.send(("ready", None))
+    while _case_process(channel):
+        pass
+
+
+def _case_process(channel: Channel) -> bool:
+    """Fork a process that runs cases until told :data:`FRESH` (then True: fork the next);
+    when it ends otherwise (EOF, a crash), end this process the same way.
+
+    This process never runs a candidate (and never touches a GPU, which a fork could not
+    inherit), so each fork starts as the worker did: no candidate module loaded, nothing
+    compiled, no allocation left by an earlier case. A fork costs milliseconds where a
+    fresh interpreter costs seconds (importing torch).
+    """
+    told_read, told_write = os.pipe()
+    with warnings.catch_warnings():  # Python 3.12+ warns of any thread; the one here
+        warnings.simplefilter("ignore", DeprecationWarning)  # (OpenBLAS's) is fork-safe
+        pid = os.fork()
+    if pid == 0:  # the case process: it never returns into this loop
+        os.close(told_read)
+        code = 1
+        try:
+            code = _serve(channel, told_write)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(told_write)
+    _, status = os.waitpid(pid, 0)
+    with os.fdopen(told_read, "rb") as told:
+        retired = told.read(1) == _RETIRED
+    if not retired:
+        _end_as(status)
+    return True
+
+
+def _end_as(status: int) -> None:
+    """Exit as the case process did (killed by the same signal, or with its exit code), so
+    the parent reports a crash exactly as if the case had run in this process."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):  # SIGKILL, SIGSTOP: their action is the default
+            pass
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)  # a signal whose default is not to end a process
+    os._exit(os.waitstatus_to_exitcode(status))
+
+
+def _die_with_worker() -> None:
+    """Linux: be killed when the worker process dies (the parent kills the process group
+    too, this covers the worker killed alone)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(1)
+
+
+def _serve(channel: Channel, told_fd: int) -> int:
+    """Run the parent's cases until EOF, ``None`` (exit code 0) or :data:`FRESH`."""
+    _die_with_worker()
+    from kernelcheck.runner.case import run_case
+    from kernelcheck.runner.poison import poison_cached_device_memory
+    from kernelcheck.timing import PhaseClock
+
     while True:
         try:
             task = channel.recv()
         except EOFError:
-            return
+            return 0
         if task is None:
-            return
+            return 0
+        if task == FRESH:
+            os.write(told_fd, _RETIRED)
+            return 0
         op, case, options = task
 
         def progress(check, probe):
@@ -82,6 +185,7 @@ def main() -> None:
 
         clock = PhaseClock()
         try:
+            poison_cached_device_memory(case.device)  # CUDA: the cache's free blocks read NaN
             for res in run_case(op, case, options, progress, clock):
                 channel.send(("result", res.to_dict()))
         except BaseException as exc:  # noqa: BLE001 - reported to the parent

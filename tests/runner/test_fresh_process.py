@@ -1,0 +1,79 @@
+"""A verdict must not depend on what ran before it (kernelcheck/runner/execute.py, worker.py).
+
+Isolated, each (candidate, shape) is judged in a process that has run no other shape of the
+candidate: the worker forks a fresh case process when the shape changes. The candidate in
+tests/fixtures/process_state.py decides its row sum by the first vocab its process sees,
+like a JIT-compiled kernel; it must fail on every shape, in a run of several as alone.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from kernelcheck import api
+from kernelcheck.cases.grid import Case
+from kernelcheck.runner.execute import needs_fresh_process
+from kernelcheck.runner.worker import Channel
+from tests.conftest import with_candidate
+
+A = {"batch": 2, "seq": 16, "vocab": 257}
+B = {"batch": 2, "seq": 3, "vocab": 1000}
+
+
+def _case(vocab: int, dtype: str = "fp32") -> Case:
+    return Case("logp", "x", "cpu", dtype, (("batch", 2), ("vocab", vocab)), (0,), ("normal",))
+
+
+def test_a_new_shape_gets_a_fresh_process_and_a_new_dtype_does_not():
+    assert not needs_fresh_process(None, _case(257))  # a new worker is fresh
+    assert not needs_fresh_process(_case(257).shape, _case(257, "bf16"))
+    assert needs_fresh_process(_case(257).shape, _case(1000))
+
+
+def test_an_exact_reader_leaves_the_next_message_for_the_next_process():
+    """A case process that retires must not take the next message with it (its successor,
+    forked from the worker, reads on from the same pipe)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        sender = Channel(-1, write_fd)
+        sender.send("fresh")
+        sender.send(("case", 1))
+        assert Channel(read_fd, -1, exact=True).recv(5) == "fresh"
+        assert Channel(read_fd, -1, exact=True).recv(5) == ("case", 1)
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def _invariance(catalog, shapes: list[dict]) -> dict[str, dict[str, str]]:
+    """{candidate: {shape: forward_invariance status}} of one isolated fp32 run in plan order."""
+    cat = with_candidate(catalog, "first", "process_state:first_shape_split", isolate=True)
+    op = cat.ops["logp"]
+    op = replace(op, grid=replace(op.grid, shapes=tuple(shapes)))
+    cat = replace(cat, ops={**cat.ops, "logp": op})
+    report = api.run(
+        cat,
+        "logp",
+        candidate_names=["first", "torch"],
+        device="cpu",
+        dtype_names="fp32",
+        check_names=["forward_invariance"],
+        attributes={"with_mask": False},  # the default case of each shape: no sweeps
+        isolate=True,
+    )
+    out: dict[str, dict[str, str]] = {}
+    for r in report.results:
+        out.setdefault(r.candidate, {})["x".join(map(str, r.shape.values()))] = r.status
+    return out
+
+
+def test_a_shape_after_another_is_judged_as_when_it_runs_alone(catalog):
+    """With one process for all of a candidate's cases, the shape that came second passed
+    (its process had taken its split from the first); each shape now fails as it does
+    alone, and the honest candidate passes both."""
+    both = _invariance(catalog, [A, B])
+    alone = _invariance(catalog, [B])
+    assert both["first"] == {"2x16x257": "fail", "2x3x1000": "fail"}
+    assert alone["first"] == {"2x3x1000": "fail"}
+    assert set(both["torch"].values()) == {"pass"}
