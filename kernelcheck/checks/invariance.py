@@ -165,7 +165,7 @@ class _Invariance(Check):
         """The one batch's rows: ``big_rows`` (4,096), fewer at long rows, as many as hold
         ``big_elements`` (80M: 320 MiB of fp32, past the 256 MiB where kernels commonly
         switch strategy), within POOL_BYTES of inputs; never fewer than the R rows."""
-        itemsize = torch.empty(0, dtype=dtypes.torch_dtype(self.ctx.case.dtype)).element_size()
+        itemsize = dtypes.torch_dtype(self.ctx.case.dtype).itemsize
         per_row = self._row_bytes(1)
         want = min(int(self.params["big_rows"]), -(-int(self.params["big_elements"]) // per_row))
         return max(rows, min(want, POOL_BYTES // self._row_bytes(itemsize)))

@@ -101,7 +101,6 @@ class ShapeSweep(Check):
     small_inputs = True
     draws_own = True
     shrinkable = False  # it never depends on the case's own shape: the message names one
-    PARAMS = {"max_seeds": 1}
     summary = (
         "forward and backward within the contract tolerance at tail sizes: every residue "
         "mod 64, 2^k-1/2^k/2^k+1 up to 2^17, and 65,537 rows"
