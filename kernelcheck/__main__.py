@@ -1,3 +1,15 @@
-from kernelcheck.cli import entry
+"""``kernelcheck`` and ``python -m kernelcheck``: the command's own process settings
+(``kernelcheck/environment.py``), made before torch loads, then the CLI."""
 
-entry()
+
+def main() -> None:
+    from kernelcheck.environment import set_command_defaults
+
+    set_command_defaults()
+    from kernelcheck.cli import entry
+
+    entry()
+
+
+if __name__ == "__main__":
+    main()

@@ -208,12 +208,18 @@ def test_doctor_json_has_native_libraries():
 
 
 def test_torch_npu_without_cann_leaves_kernelcheck_working(tmp_path):
-    """A stand-in torch_npu package whose import fails the way one without CANN does."""
+    """A stand-in torch_npu package whose import fails the way one without CANN does,
+    registered as a torch backend: torch's autoload would import it, and so break
+    ``import torch``, but for the command's own TORCH_DEVICE_BACKEND_AUTOLOAD=0."""
     pkg = tmp_path / "torch_npu"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
         'raise ImportError("libhccl.so: cannot open shared object file")\n'
     )
+    dist = tmp_path / "torch_npu-0.0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: torch_npu\nVersion: 0.0.0\n")
+    (dist / "entry_points.txt").write_text("[torch.backends]\ntorch_npu = torch_npu:_autoload\n")
     env = {"PYTHONPATH": str(tmp_path)}
     p = kc("doctor", "--format", "json", env=env)
     assert p.returncode == 0, p.stderr

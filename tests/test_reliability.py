@@ -24,13 +24,14 @@ REPO = Path(__file__).resolve().parents[1]
 FAST_CHECKS = ["forward_accuracy", "contract", "determinism"]
 
 
-def _run(catalog, faulty: str, checks=FAST_CHECKS, isolate=None, **kw):
-    """Run the faulty candidate (isolated when asked) beside the honest one (in process)."""
+def _run(catalog, faulty: str, checks=FAST_CHECKS, isolate=None, honest=True, **kw):
+    """Run the faulty candidate (isolated when asked) beside the honest one (in process;
+    left out where a short timeout would judge it by the machine's speed)."""
     cat = with_candidate(catalog, "faulty", f"faulty_logp:{faulty}", isolate=isolate)
     report = api.run(
         cat,
         "logp",
-        candidate_names=["faulty", "torch"],
+        candidate_names=["faulty", "torch"] if honest else ["faulty"],
         device="cpu",
         dtype_names="fp32",
         shape=SMALL,
@@ -40,9 +41,11 @@ def _run(catalog, faulty: str, checks=FAST_CHECKS, isolate=None, **kw):
         **kw,
     )
     faulty_results = {r.check: r for r in report.results if r.candidate == "faulty"}
-    honest = {r.check: r for r in report.results if r.candidate == "torch"}
-    said = [(r.check, r.status, r.message) for r in honest.values()]
-    assert set(honest) == set(checks) and {r.status for r in honest.values()} == {"pass"}, said
+    others = {r.check: r for r in report.results if r.candidate == "torch"}
+    said = [(r.check, r.status, r.message) for r in others.values()]
+    if honest:
+        assert set(others) == set(checks), said
+        assert {r.status for r in others.values()} == {"pass"}, said
     return faulty_results, report
 
 
@@ -61,16 +64,19 @@ def test_out_of_memory_is_an_error_and_the_run_goes_on(catalog, faulty):
     assert all(r.status == "error" and "out of memory" in r.message for r in res.values())
 
 
+# A hang is judged against work that never finishes, never against a fast machine: the
+# short timeouts below apply to the hanging candidate alone (an honest case beside it
+# could outlast 1 s on a loaded machine), and the hang can only end by the timeout.
+
+
 def test_hang_in_process_times_out(catalog):
-    t0 = time.monotonic()
-    res, _ = _run(catalog, "hangs", timeout_s=1.0)
-    assert time.monotonic() - t0 < 30
+    res, _ = _run(catalog, "hangs", timeout_s=1.0, honest=False)
     assert {r.status for r in res.values()} == {"timeout"}
     assert "did not finish within 1 s" in next(iter(res.values())).message
 
 
 def test_hang_isolated_times_out(catalog):
-    res, _ = _run(catalog, "hangs", timeout_s=2.0, isolate=True)
+    res, _ = _run(catalog, "hangs", timeout_s=2.0, isolate=True, honest=False)
     assert {r.status for r in res.values()} == {"timeout"}
     assert "worker was killed" in next(iter(res.values())).message
 
@@ -127,6 +133,7 @@ def _addon_spec(tmp_path: Path, callable_: str) -> Path:
 
 def _start(tmp_path, callable_, out, *extra):
     env = {**os.environ, "PYTHONPATH": f"{FIXTURES}{os.pathsep}{REPO}"}
+    env["KC_TEST_REACHED"] = str(tmp_path / "reached")  # swallows_interrupts touches it
     argv = [sys.executable, "-m", "kernelcheck", "run", "--op", "logp", "--device", "cpu"]
     argv += ["--spec", str(_addon_spec(tmp_path, callable_)), "--candidate", "faulty"]
     argv += ["--dtype", "fp32,bf16,fp16", "--seed", "0", "--checks", "forward_accuracy"]
@@ -136,7 +143,7 @@ def _start(tmp_path, callable_, out, *extra):
     )
 
 
-def _wait_for_results(out: Path, proc, timeout=90.0):
+def _wait_for_results(out: Path, proc, timeout=300.0):
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         if out.exists():
@@ -151,13 +158,12 @@ def _wait_for_results(out: Path, proc, timeout=90.0):
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_leaves_a_valid_partial_report(tmp_path, sig, code):
     out = tmp_path / "run.json"
-    proc = _start(tmp_path, "faulty_logp:slow", out)
+    proc = _start(tmp_path, "faulty_logp:hangs_below_fp32", out)
     first = _wait_for_results(out, proc)
     assert first["summary"]["not_run"], "results must reach the file before the end"
-    t0 = time.monotonic()
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    assert time.monotonic() - t0 < 10, "the tool must stop at once"
+    # the run left never ends (its bf16 cases hang): only the signal can stop it
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
     data = json.loads(out.read_text())
     assert data["summary"]["interrupted"] == signal.Signals(sig).name
@@ -170,12 +176,16 @@ def test_second_ctrl_c_exits_at_once(tmp_path):
     out = tmp_path / "run.json"
     # in process: isolated, the swallowing candidate never sees the parent's Ctrl-C
     proc = _start(tmp_path, "faulty_logp:swallows_interrupts", out, "--no-isolate")
-    time.sleep(6)  # let it reach the candidate, which swallows the first interrupt
-    proc.send_signal(signal.SIGINT)
+    reached = tmp_path / "reached"
+    while not reached.exists():  # the candidate runs (it never returns): however slowly
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)  # swallowed by the candidate
     time.sleep(1.0)
     assert proc.poll() is None
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=10)
+    # the candidate never returns, so only the second Ctrl-C can end the run
+    proc.communicate(timeout=120)
     assert proc.returncode == 130
 
 

@@ -10,9 +10,10 @@ There is never a PyTorch fallback: input this candidate cannot take (not on the 
 than float32/bfloat16/float16, a non-int64 target, mismatched shapes) raises ``TypeError`` or
 ``ValueError``, and a missing kernel raises ``AscendUnavailable`` with the reason ``probe`` gives.
 
-torch_npu is imported lazily, only when the NPU is asked for, and with
-``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` unless the user set it, so that a torch_npu installed without
-CANN cannot break ``import torch``.
+torch_npu is imported lazily, only when the NPU is asked for. The ``kernelcheck`` command
+and its workers start with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` unless the user set it
+(``kernelcheck/environment.py``), so that a torch_npu installed without CANN cannot break
+their ``import torch``; importing this module sets nothing.
 
 The kernel entry is the module-level ``_kernel_forward``, resolved by ``_load_kernel()``; tests
 replace it (and ``_DEVICE_TYPE``) with a clearly named CPU stand-in to test this wrapper's own

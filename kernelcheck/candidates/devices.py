@@ -108,7 +108,6 @@ def import_torch_npu() -> str | None:
 def _import_torch_npu() -> str | None:
     if importlib.util.find_spec("torch_npu") is None:
         return "torch_npu not installed"
-    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
     try:
         import torch_npu  # noqa: F401
     except BaseException as exc:  # noqa: BLE001 - a broken backend may raise anything

@@ -1,5 +1,5 @@
-"""Process memory settings for kernelcheck's own processes (the command and its isolated
-workers), never made by the library API.
+"""Memory settings for kernelcheck's own processes (the command and its isolated workers),
+never made by importing the library.
 
 Keep chunk-sized temporaries in the heap (:func:`keep_chunks_in_heap`):
 The gold, the metrics and the ``torch`` candidate work in row chunks of a few MB, and
@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
+from kernelcheck.environment import worker_defaults
 from kernelcheck.memory import libc_function
 
 MMAP_BYTES = 32 << 20  # allocations below this come from the heap
@@ -33,16 +34,6 @@ def keep_chunks_in_heap() -> bool:
     )
 
 
-# After each parallel region torch's OpenMP threads spin for ~300,000 pause instructions
-# (milliseconds) before they sleep. kernelcheck's own native loops (the comparisons, the row
-# digests, the cpu candidate) start their threads right after torch ops, and a spinning
-# OpenMP thread held the other core: on 2 cores a 2-thread comparison of one gold chunk took
-# as long as with 1 thread (4.5-5.3 ns an element), and 2.9 ns with a spin count of 10,000,
-# which still covers the microsecond gaps between torch's own back-to-back ops
-# (OMP_WAIT_POLICY=PASSIVE instead slowed those). libgomp reads it when torch loads it, so
-# it is set for the isolated workers (fresh processes), never by importing the library.
-WORKER_SPINCOUNT = "10000"
-
 KEEP_LARGE = "libkc_keep_large.so"
 NO_KEEP_LARGE_ENV = "KERNELCHECK_NO_KEEP_LARGE"
 
@@ -58,12 +49,11 @@ def worker_environment() -> dict[str, str]:
     It may only expose memory bugs: a kept block is unreadable (a use after free faults, as
     on the block glibc would unmap), and every block it hands out reads 0xFF bytes (NaN).
 
-    Also a short OpenMP spin (``GOMP_SPINCOUNT``, see ``WORKER_SPINCOUNT``) unless the user
-    set it or ``OMP_WAIT_POLICY``.
+    Also the command's own defaults and a short OpenMP spin (``kernelcheck/environment.py``),
+    where the user set nothing: the worker is kernelcheck's process, its importer is not.
     """
     env = dict(os.environ)
-    if "OMP_WAIT_POLICY" not in env:
-        env.setdefault("GOMP_SPINCOUNT", WORKER_SPINCOUNT)
+    env.update(worker_defaults(env))
     if env.get(NO_KEEP_LARGE_ENV, "") not in ("", "0"):
         return env
     shim = _keeper_path()

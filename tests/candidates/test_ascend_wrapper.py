@@ -347,7 +347,7 @@ def test_torch_npu_without_cann_breaks_nothing(tmp_path):
         }))
         """,
         fake_root,
-        autoload=None,
+        autoload="0",  # as the kernelcheck command and its workers start
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -359,7 +359,7 @@ def test_torch_npu_without_cann_breaks_nothing(tmp_path):
 
 def test_fake_torch_npu_is_a_faithful_simulation(tmp_path):
     # Negative control: with torch's backend autoload on, this fake torch_npu does break
-    # `import torch`, which is what the test above shows kernelcheck avoids.
+    # `import torch`, which is what the command's own default avoids (tests/test_cli.py).
     fake_root = _fake_torch_npu(tmp_path / "site")
     result = _run("import torch\n", fake_root, autoload="1")
     assert result.returncode != 0
@@ -376,6 +376,6 @@ def test_importing_the_candidate_does_not_import_torch_npu(tmp_path):
         assert "kernelcheck_ascend" not in sys.modules
         """,
         fake_root,
-        autoload=None,
+        autoload="0",  # torch itself must not load it: only kernelcheck could
     )
     assert result.returncode == 0, result.stderr
