@@ -1,11 +1,11 @@
 """Run cases so that a faulty candidate never takes the run down.
 
-Isolated (the default for every candidate), each candidate runs in a child process,
-reused across cases, killed on timeout and restarted after a crash; a segfault, an
-abort or ``os._exit`` becomes a ``crash`` result carrying the signal or exit code,
-reported on the check and the step that was running. In process (``--no-isolate``, for
-debugging), a per-case timeout is a SIGALRM that raises :class:`CaseTimeout` in the
-candidate's Python code.
+Isolated (the default for every candidate), each candidate runs in child processes
+(one per case running at a time), reused across cases, killed on timeout and restarted
+after a crash; a segfault, an abort or ``os._exit`` becomes a ``crash`` result carrying
+the signal or exit code, reported on the check and the step that was running. In
+process (``--no-isolate``, for debugging), a per-case timeout is a SIGALRM that raises
+:class:`CaseTimeout` in the candidate's Python code.
 
 A verdict must not depend on what ran before it. Isolated, a candidate's cases of one
 shape share a process, and its first case of another shape gets a fresh one, forked from
@@ -289,7 +289,7 @@ MAX_FAULTS_PER_CASE = 3
 
 
 class Executor:
-    """Routes each case in process or to its candidate's worker; owns the workers.
+    """Routes each case in process or to an idle worker of its candidate; owns the workers.
 
     A crash or a timeout is pinned to the check (and the step) that was running; the
     case's other checks run again in a fresh worker. After ``MAX_FAULTS_PER_CASE`` such
@@ -299,21 +299,22 @@ class Executor:
     def __init__(self, isolate: bool | None = None, timeout_s: float | None = None):
         self.isolate = isolate
         self.timeout_s = timeout_s
-        self.workers: dict[str, IsolatedWorker] = {}
+        # per candidate its workers, and of those the idle ones: cases of one candidate
+        # may run side by side (each case in a fresh process of its shape either way)
+        self.workers: dict[str, list[IsolatedWorker]] = {}
+        self.idle: dict[str, list[IsolatedWorker]] = {}
         self.phase_seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._lock = threading.Lock()
         self.closed = False
 
     def run(self, op: OpSpec, case: Case, options: RunOptions) -> Iterator[CheckResult]:
         timeout = self.timeout_s if self.timeout_s is not None else case_timeout(op, case)
+        worker = None
         if wants_isolation(op, case, self.isolate):
-            with self._lock:
-                if self.closed:  # the run is ending: start no worker nobody would stop
-                    return
-                worker = self.workers.setdefault(case.candidate, IsolatedWorker())
-            attempt = worker.attempt
-        else:
-            attempt = attempt_in_process
+            worker = self._take_worker(case)
+            if worker is None:  # the run is ending: start no worker nobody would stop
+                return
+        attempt = worker.attempt if worker is not None else attempt_in_process
         pending = list(case.checks)
         phases: dict[str, float] = {}  # this case's, folded in at its end (cases may run
         try:  # side by side, each in a thread of its own)
@@ -321,6 +322,24 @@ class Executor:
         finally:
             with self._lock:
                 add_phases(self.phase_seconds, phases)
+                if worker is not None:
+                    self.idle[case.candidate].append(worker)
+
+    def _take_worker(self, case: Case) -> IsolatedWorker | None:
+        """An idle worker of the case's candidate (one that last ran this shape first: its
+        case process goes on), else a new one; None once the run is closing."""
+        with self._lock:
+            if self.closed:
+                return None
+            idle = self.idle.setdefault(case.candidate, [])
+            same = [w for w in idle if w.last_shape == case.shape]
+            if same or idle:
+                worker = (same or idle)[0]
+                idle.remove(worker)
+                return worker
+            worker = IsolatedWorker()
+            self.workers.setdefault(case.candidate, []).append(worker)
+            return worker
 
     def _attempts(self, op, case, options, attempt, timeout, pending, phases):
         """Attempts until every check of ``pending`` has a result (see the class)."""
@@ -361,7 +380,7 @@ class Executor:
         """Start no worker from now on; the workers started so far."""
         with self._lock:
             self.closed = True
-            return list(self.workers.values())
+            return [w for group in self.workers.values() for w in group]
 
     def kill(self) -> None:
         """Kill every worker now (their pipes stay open until :meth:`close`, so a thread
@@ -374,6 +393,7 @@ class Executor:
             worker.finish()  # killed already when the run was interrupted (kill)
         with self._lock:
             self.workers.clear()
+            self.idle.clear()
 
 
 def _pass_on(gen, pending: list[str]):

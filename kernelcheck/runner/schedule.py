@@ -2,8 +2,9 @@
 
 The candidates of one group (dtype, shape, attributes) share the group's trials
 (``cases/shared.py``): the first case of the group to run computes and stores them,
-the next ones read them. Isolated candidates each own a worker process, so their cases
-can run at the same time, one per worker:
+the next ones read them. Isolated cases run in worker processes, so up to one case per
+core can run at the same time, each in a worker of its candidate (a candidate gets a
+second worker when its cases are the ones left):
 
 - a case starts only while no other case of its group runs, so every trial part is
   computed once, by whichever candidate comes first (each worker takes its first case
@@ -53,11 +54,11 @@ def shared_groups(cases: list[Case]) -> list[tuple]:
 
 
 def concurrency(op: OpSpec, cases: list[Case], isolate: bool | None) -> int:
-    """How many cases may run at once: one per isolated candidate, at most one per core;
+    """How many cases may run at once: one per core (each in a worker of its candidate);
     1 when any case runs in process."""
     if not cases or not all(wants_isolation(op, c, isolate) for c in cases):
         return 1
-    return max(1, min(len({c.candidate for c in cases}), os.cpu_count() or 1))
+    return max(1, min(len(cases), os.cpu_count() or 1))
 
 
 @dataclass
@@ -171,6 +172,16 @@ class Schedule:
         }
         return sorted((c for c, i in first.items() if i is not None), key=lambda c: first[c])
 
+    def _next(self, running: set[int], started: set[int], done: set[int]) -> int | None:
+        """The case for a free slot: the first one :meth:`_pick` gives, asking the
+        candidates furthest behind first. A candidate whose case runs already gets another
+        worker: a slow candidate's cases spread over the cores the others leave free."""
+        for cand in self._order(started):
+            i = self._pick(cand, running, started, done)
+            if i is not None:
+                return i
+        return None
+
     def _absorb(self, ev: Event) -> None:
         """One worker thread's event into the slots (a case done may free its group)."""
         slot = self.slots[ev.index]
@@ -201,14 +212,10 @@ class Schedule:
         try:
             while self.head < len(self.cases):
                 running = started - done
-                for cand in self._order(started):
-                    if len(running) >= self.jobs:
-                        break
-                    if any(self.cases[j].candidate == cand for j in running):
-                        continue  # its worker is busy
-                    i = self._pick(cand, running, started, done)
+                while len(running) < self.jobs:
+                    i = self._next(running, started, done)
                     if i is None:
-                        continue
+                        break
                     options = self.options_for(i)
                     started.add(i)
                     running.add(i)

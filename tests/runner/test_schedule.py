@@ -116,6 +116,25 @@ def test_no_candidate_waits_for_the_others_to_run_out_of_cases(tmp_path):
     assert max(first_start.values()) < min(last_end.values())
 
 
+def test_one_candidates_cases_of_other_groups_run_side_by_side(tmp_path):
+    """The slow candidate left alone (the fast one done) gets a second worker: its cases
+    of two groups must both be running at once to pass the barrier."""
+    cases = [_case("fast", "fp32", 33)] + [_case("slow", "fp32", v) for v in (65, 129)]
+    both = threading.Barrier(2, timeout=120)
+
+    class Meet(StandIn):
+        def run(self, op, case, options):
+            yield (case.id, "a")
+            if case.candidate == "slow":
+                both.wait()  # raises BrokenBarrierError if the other never starts
+            yield (case.id, "b")
+
+    out = list(Schedule(Meet(), None, cases, RunOptions(), None, budget=0, jobs=2).run())
+    assert [r for _, _, r in out if r is not None] == [
+        (c.id, k) for c in cases for k in ("a", "b")
+    ]
+
+
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
 def test_an_interrupt_keeps_results_obtained_beside_a_running_case(tmp_path):
     """Case 1 finishes while case 0 still runs: its results are held (plan order), and an
@@ -172,5 +191,5 @@ def test_side_by_side_only_when_every_case_is_isolated():
     assert concurrency(in_process.op, in_process.cases, False) == 1
     import os
 
-    want = min(2, os.cpu_count() or 1)
+    want = min(len(isolated.cases), os.cpu_count() or 1)  # one case per core
     assert concurrency(isolated.op, isolated.cases, True) == want
