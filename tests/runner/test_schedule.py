@@ -130,9 +130,7 @@ def test_one_candidates_cases_of_other_groups_run_side_by_side(tmp_path):
             yield (case.id, "b")
 
     out = list(Schedule(Meet(), None, cases, RunOptions(), None, budget=0, jobs=2).run())
-    assert [r for _, _, r in out if r is not None] == [
-        (c.id, k) for c in cases for k in ("a", "b")
-    ]
+    assert [r for _, _, r in out if r is not None] == [(c.id, k) for c in cases for k in ("a", "b")]
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
