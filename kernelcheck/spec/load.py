@@ -562,11 +562,17 @@ def _parse_out_of_range(
     output = float(_get(t, "output", (int, float), path, key, default=0.0))
     scope = {}
     for field_name, valid in (("outputs", outputs), ("gradients", grad_inputs)):
-        names = _str_list(t, field_name, path, key, default=[])
+        if field_name not in t:
+            continue  # every output, every row-wise gradient
+        names = _str_list(t, field_name, path, key)
         for n in names:
             if n not in valid:
                 raise SpecError(path, f"{key}.{field_name}", _unknown("name", n, valid))
         scope[field_name] = tuple(names)
+    if scope.get("outputs") == ():
+        raise SpecError(
+            path, f"{key}.outputs", "expected at least one output (leave it out for every output)"
+        )
     return OutOfRangeRule(name, tuple(values), output, **scope)
 
 

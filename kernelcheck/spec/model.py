@@ -165,15 +165,17 @@ class Tolerance:
 class OutOfRangeRule:
     """Index values outside ``[0, dim)`` must give exactly ``output`` and a zero gradient.
 
-    ``outputs`` and ``gradients`` scope it by name (empty: every output, every row-wise
-    gradient): a fused logp + entropy kernel's entropy is not 0 on ignored rows.
+    ``outputs`` and ``gradients`` scope it by name (None: every output, every row-wise
+    gradient; an empty ``gradients``: no gradient). The gradient judged is the one that
+    flows from ``outputs`` alone: a fused logp + entropy kernel's entropy, and so its
+    gradient, is not 0 on ignored rows.
     """
 
     input: str
     values: tuple[str | int, ...]
     output: float = 0.0
-    outputs: tuple[str, ...] = ()
-    gradients: tuple[str, ...] = ()
+    outputs: tuple[str, ...] | None = None
+    gradients: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

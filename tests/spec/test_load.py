@@ -179,6 +179,11 @@ BAD = [
         "tolerance.forward_accuracy.fp32.atol",
         "expected a number",
     ),
+    (
+        LOGP_HEAD + '[contract.out_of_range]\ninput = "target"\nvalues = [-1]\noutputs = []\n',
+        "contract.out_of_range.outputs",
+        "at least one output",
+    ),
 ]
 
 
@@ -191,6 +196,14 @@ def test_bad_spec_is_refused_naming_file_key_and_expectation(tmp_path, text, key
     assert message.startswith(str(path)), message
     assert key in message and fragment in message, message
     assert "\n" not in message
+
+
+def test_an_out_of_range_scope_left_out_means_all_and_an_empty_list_none(tmp_path):
+    rule = '[contract.out_of_range]\ninput = "target"\nvalues = [-1]\n'
+    op = load_catalog([write(tmp_path, LOGP_HEAD + rule)], builtin=False).op("mini")
+    assert (op.out_of_range.outputs, op.out_of_range.gradients) == (None, None)
+    op = load_catalog([write(tmp_path, LOGP_HEAD + rule + "gradients = []\n")], builtin=False)
+    assert op.op("mini").out_of_range.gradients == ()
 
 
 def test_duplicate_candidate_across_files(tmp_path):
