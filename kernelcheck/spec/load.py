@@ -823,7 +823,9 @@ def _apply_addon(ops: dict[str, OpSpec], raw: dict, path: Path) -> dict[str, OpS
     for key in raw:
         if key in _OVERRIDE_KEYS:  # an op's own table, written at the top of an add-on
             op = raw["op"] if isinstance(raw.get("op"), str) else "<op>"
-            raise SpecError(path, key, f"an add-on spec changes it in [override.{op}.{key}]")
+            raise SpecError(
+                path, key, f"an add-on spec sets an op's {key} in [override.{op}.{key}]"
+            )
     _check_keys(raw, _ADDON_KEYS, path, "")
     overrides = _get(raw, "override", dict, path, "", default={})
     items = _candidate_tables(raw.get("candidate", []), path)
