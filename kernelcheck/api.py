@@ -159,7 +159,7 @@ def plan(
         spec, dev, cases, options, unavailable, shard_kn, isolate, timeout_s, digest,
         missing={n: unavailable[n] for n in probed.missing},
         missing_cases=shard(blocked, *shard_kn) if shard_kn else blocked,
-        not_planned=_not_planned(spec, dts),
+        not_planned={**_not_planned(spec, dts), **_in_range_gaps(spec, runnable)},
     )  # fmt: skip
 
 
@@ -241,6 +241,16 @@ def _not_planned(spec: OpSpec, dts: list[str]) -> dict[str, str]:
         return {}
     what = f"dtype{'s' if len(left) > 1 else ''} {', '.join(left)}"
     return {what: f"not in the plan (--dtype {','.join(dts)})"}
+
+
+def _in_range_gaps(spec: OpSpec, names: Iterable[str]) -> dict[str, str]:
+    """What each candidate's narrower input contract (``in_range``) leaves unchecked."""
+    gaps = {}
+    for name in names:
+        for inp in spec.candidates[name].in_range:
+            what = f"out-of-range {inp} ({', '.join(spec.out_of_range_uses(inp))}) for {name}"
+            gaps[what] = f'candidate {name} declares in_range = ["{inp}"]: it is never passed one'
+    return gaps
 
 
 @dataclass(frozen=True)

@@ -108,3 +108,39 @@ def test_bad_sweeps_are_refused(tmp_path, value, fragment):
 def test_an_attr_of_the_wrong_kind_is_a_usage_error(catalog, value):
     with pytest.raises(UsageError, match="expected a float"):
         api.plan(catalog, "logp", device="cpu", attributes={"temperature": value})
+
+
+def test_a_candidate_promised_in_range_ids_gets_verdicts_and_the_gaps_are_named(catalog):
+    """A kernel whose caller masks the ids raises on an out-of-range target: declared
+    ``in_range`` it gets accuracy, invariance and contract verdicts on the ids it takes
+    (never the trials of a candidate beside it that takes any id), and the report says
+    what was not checked for it; undeclared it gets only errors."""
+    from tests.conftest import FIXTURES, run_small
+
+    checks = ["forward_accuracy", "forward_invariance", "contract"]
+    kw = {"seeds": [0], "distributions": "normal"}
+    undeclared = with_candidate(catalog, "masked_ids", "in_range_logp:masked_ids")
+    res = run_small(undeclared, "masked_ids", checks, **kw)
+    assert {r.status for r in res.values()} <= {"error", "fail"}, res
+    assert res["forward_accuracy"].status == "error"
+    declared = load_catalog([FIXTURES / "in_range.toml"])
+    report = api.run(
+        declared, "logp", candidate_names=["torch", "masked_ids"], device="cpu", dtype_names="fp32",
+        shape={"batch": 2, "seq": 4, "vocab": 257}, check_names=checks, isolate=False,
+        sweeps=False, **kw,
+    )  # fmt: skip
+    assert {(r.candidate, r.check, r.status) for r in report.results} == {
+        (c, check, "pass") for c in ("torch", "masked_ids") for check in checks
+    }
+    (gap,) = [n for n in report.not_checked() if "masked_ids" in n.what]
+    assert gap.what.startswith("out-of-range target (out-of-range draws, contract.out_of_range")
+    assert 'declares in_range = ["target"]' in gap.reason
+
+
+def test_an_addon_override_reaches_the_plan(tmp_path):
+    """``[override.logp.grid]`` in an add-on: the run's shapes are the add-on's."""
+    path = tmp_path / "bigger.toml"
+    path.write_text("[override.logp.grid]\nshapes = [{ batch = 530, vocab = 257 }]\nseeds = [4]\n")
+    plan = api.plan(load_catalog([path]), "logp", candidate_names=["torch"], device="cpu")
+    assert {c.shape for c in plan.cases} == {(("batch", 530), ("vocab", 257))}
+    assert {s for c in plan.cases for s in c.seeds} == {4}

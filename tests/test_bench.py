@@ -155,6 +155,16 @@ def test_a_raising_candidate_is_an_error_entry(catalog):
     assert "kernel launch failed" in console.export_text()
 
 
+def test_a_candidate_promised_in_range_ids_is_timed_on_them():
+    """in_range = ["target"]: bench draws no out-of-range target, for it or beside it."""
+    from kernelcheck.spec import load_catalog
+    from tests.conftest import FIXTURES
+
+    cat = load_catalog([FIXTURES / "in_range.toml"])
+    report = lib.bench(cat, "logp", ["torch", "masked_ids"], "cpu", "fp32", TINY, **FAST)
+    assert {r.candidate: r.error for r in report.results} == {"torch": None, "masked_ids": None}
+
+
 def test_baseline_is_the_fastest_without_torch(catalog):
     cat = with_candidate(catalog, "other", "tests.fixtures.plain_torch:logp")
     report = lib.bench(cat, "logp", ["other"], "cpu", "fp32", TINY, **FAST)

@@ -250,6 +250,10 @@ def test_fingerprints_for_the_run_to_record(catalog, tmp_path):
     with_addon = load_catalog([addon])
     assert op_spec_digest(catalog.ops["logp"]) == op_spec_digest(load_catalog().ops["logp"])
     assert op_spec_digest(catalog.ops["logp"]) != op_spec_digest(with_addon.ops["logp"])
+    override = tmp_path / "override.toml"
+    override.write_text("[override.logp.checks.determinism]\nrepeats = 5\n")
+    overridden = load_catalog([override]).ops["logp"]
+    assert op_spec_digest(catalog.ops["logp"]) != op_spec_digest(overridden)
     p0 = api.plan(catalog, "logp", device="cpu", seeds=[0])
     p1 = api.plan(catalog, "logp", device="cpu", seeds=[1])
     assert plan_digest(p0.cases) == plan_digest(list(reversed(p0.cases)))

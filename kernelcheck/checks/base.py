@@ -187,7 +187,8 @@ class CaseContext:
 
     def trial_key(self, seed: int, dist: str) -> str:
         c = self.case
-        return trial_key(c.op, self.op.version, c.dtype, c.shape, seed, dist, c.attrs)
+        narrowed = (("in_range", ",".join(self.op.in_range)),) if self.op.in_range else ()
+        return trial_key(c.op, self.op.version, c.dtype, c.shape, seed, dist, c.attrs + narrowed)
 
     def pool(self, seed: int, dist: str, rows: int) -> tuple[dict, list]:
         """The invariance pool of one trial, ``rows`` rows: (inputs, upstream gradients).

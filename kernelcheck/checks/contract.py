@@ -118,7 +118,7 @@ class Contract(Check):
         want = torch.tensor(rule.output, dtype=torch.float32)
         before = len(self.problems)
         for spec, o in zip(self.ctx.op.outputs, outs):
-            if rule.outputs and spec.name not in rule.outputs:
+            if rule.outputs is not None and spec.name not in rule.outputs:
                 continue  # the rule is scoped to other outputs
             flat = o.detach().cpu().reshape(-1)
             if flat.numel() != idx.numel():
@@ -133,24 +133,31 @@ class Contract(Check):
                     f"expected exactly {rule.output!r}: "
                     + first_bit_difference(got[k : k + 1].float(), want.view(1))
                 )
-        for n in self._nonzero_gradients(trial, inputs, lead, rows, rule.gradients):
-            self.problems.append(f"gradient:{n} is not zero on out-of-range rows")
+        nonzero = self._nonzero_gradients(trial, inputs, lead, rows, rule.gradients, rule.outputs)
+        for n in nonzero:
+            src = f" (from {', '.join(rule.outputs)})" if rule.outputs is not None else ""
+            self.problems.append(f"gradient:{n}{src} is not zero on out-of-range rows")
         if len(self.problems) == before:
             self.passed.append(f"out-of-range {rule.input} -> {rule.output}")
 
-    def _nonzero_gradients(self, trial, inputs, lead, rows, only=()) -> list[str]:
-        """The row-wise gradients (of ``only``, when given) not all zero on ``rows`` of the
-        flat lead: a backward call on ``inputs`` (none when backward checks are off)."""
-        if not self.ctx.grad:
+    def _nonzero_gradients(self, trial, inputs, lead, rows, only=None, source=None) -> list[str]:
+        """The row-wise gradients (of ``only``, None: all) not all zero on ``rows`` of the
+        flat lead: a backward call on ``inputs`` (none when backward checks are off, or
+        ``only`` is empty), the upstream gradient of each output not in ``source`` (None:
+        all) zero, so what is judged is the gradient that flows from ``source`` alone."""
+        if not self.ctx.grad or only == ():
             return []
         upstream = self.ctx.upstream(trial.seed, lead)
+        if source is not None:
+            names = [o.name for o in self.ctx.op.outputs]
+            upstream = [u if n in source else torch.zeros_like(u) for n, u in zip(names, upstream)]
         _, grads = self.ctx.call_backward(self.ctx.to_device(inputs), upstream)
         nrows = math.prod(lead)
         return [
             n
             for n, g in grads.items()
             if self.ctx.op.is_row_wise(self.ctx.op.input(n))
-            and (not only or n in only)
+            and (only is None or n in only)
             and bool((g.cpu().reshape(nrows, -1)[rows] != 0).any())
         ]
 

@@ -59,8 +59,10 @@ def spec_digest(report: dict) -> str | None:
 
 def op_spec_digest(op) -> str:
     """sha256 over the bytes of the spec files behind an op: its own and the add-on specs
-    that gave it candidates. Independent of where the files sit (shards on other hosts)."""
+    that gave it candidates or overrode its settings. Independent of where the files sit
+    (shards on other hosts)."""
     files = {Path(op.source), *(Path(c.source) for c in op.candidates.values())}
+    files |= {Path(f) for f in op.overridden_by}
     parts = []
     for f in files:
         try:

@@ -155,7 +155,7 @@ def run_case(
     # a switch attribute (``when``) instead adds an input, which the candidate must take
     attrs = {k: v for k, v in case.attributes.items() if k not in op.switches}
     switchable = {i.name for i in op.inputs if i.when}
-    op = op.for_attributes(case.attributes)
+    op = op.for_attributes(case.attributes).for_candidate(cand.name)
     switched = [i.name for i in op.inputs if i.name in switchable]
     if cannot := unhonoured(fn, op, attrs) + sorted(set(switched) - takes(fn, switched)):
         why = f"candidate {cand.name} does not take {', '.join(cannot)} (no such parameter)"

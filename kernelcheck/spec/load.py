@@ -1,8 +1,9 @@
 """Read TOML specs into :mod:`kernelcheck.spec.model` objects, refusing bad ones early.
 
-A spec either declares a whole op (``gold``, ``input``, ``output``, ...) or only adds
-candidates to an op declared elsewhere (``op`` plus ``[[candidate]]``). Every problem is
-a :class:`SpecError` naming the file, the key and what was expected.
+A spec either declares a whole op (``gold``, ``input``, ``output``, ...) or is an add-on
+to ops declared elsewhere: ``[[candidate]]`` tables for one op or several (``op`` on the
+file or on each candidate), and ``[override.<op>]`` grid or check settings. Every problem
+is a :class:`SpecError` naming the file, the key and what was expected.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ _OP_KEYS = {
     "checks",
     "candidate",
 }
-_ADDON_KEYS = {"op", "description", "candidate"}
+_ADDON_KEYS = {"op", "description", "candidate", "override"}
 _CANDIDATE_KEYS = {
     "name",
     "callable",
@@ -69,6 +70,7 @@ _CANDIDATE_KEYS = {
     "native",
     "isolate",
     "bench_only",
+    "in_range",
 }
 
 
@@ -116,14 +118,7 @@ def load_catalog(paths: tuple[Path, ...] | list[Path] = (), builtin: bool = True
             )
         ops[op.name] = op
     for path, raw in addons:
-        _check_keys(raw, _ADDON_KEYS, path, "")
-        name = _get(raw, "op", str, path, "")
-        if name not in ops:
-            raise SpecError(path, "op", f"unknown op {name!r}; known ops: {', '.join(sorted(ops))}")
-        extra = _parse_candidates(raw.get("candidate", []), path)
-        if not extra:
-            raise SpecError(path, "candidate", "expected at least one [[candidate]] table")
-        ops[name] = _add_candidates(ops[name], extra, path)
+        ops = _apply_addon(ops, raw, path)
     return Catalog(ops=ops, user_specs=tuple(user))
 
 
@@ -138,7 +133,7 @@ def read_toml(path: Path) -> dict:
 
 
 def _is_addon(raw: dict) -> bool:
-    return "gold" not in raw and "input" not in raw and "candidate" in raw
+    return "gold" not in raw and "input" not in raw and ("candidate" in raw or "override" in raw)
 
 
 def _add_candidates(op: OpSpec, extra: dict[str, CandidateSpec], path: Path) -> OpSpec:
@@ -151,6 +146,7 @@ def _add_candidates(op: OpSpec, extra: dict[str, CandidateSpec], path: Path) -> 
                 f"duplicate candidate name (already declared in {merged[name].source})",
             )
         merged[name] = cand
+    _check_in_range(op, extra.values(), path)
     return replace(op, candidates=merged)
 
 
@@ -203,7 +199,7 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         _get(raw, "attributes", dict, path, "", default={}), path
     )
     _check_switches(inputs, attributes, grad_inputs, path)
-    return OpSpec(
+    op = OpSpec(
         name=name,
         source=path,
         version=str(raw.get("version", "1")),
@@ -227,13 +223,15 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         ),
         grid=grid,
         checks=_parse_checks(_get(raw, "checks", dict, path, "", default={}), path),
-        candidates=_parse_candidates(raw.get("candidate", []), path),
+        candidates=_parse_candidates(raw.get("candidate", []), path, name),
         timeout_s=float(_get(raw, "timeout_s", (int, float), path, "", default=600.0)),
         attributes=attributes,
         attribute_sweeps=sweeps,
         masked=_parse_masked(contract.get("masked"), path, inputs, [o.name for o in outputs]),
         must_raise=_parse_must_raise(contract.get("must_raise"), path, inputs),
     )
+    _check_in_range(op, op.candidates.values(), path)
+    return op
 
 
 def _check_switches(inputs, attributes: dict, grad_inputs, path: Path) -> None:
@@ -562,11 +560,17 @@ def _parse_out_of_range(
     output = float(_get(t, "output", (int, float), path, key, default=0.0))
     scope = {}
     for field_name, valid in (("outputs", outputs), ("gradients", grad_inputs)):
-        names = _str_list(t, field_name, path, key, default=[])
+        if field_name not in t:
+            continue  # every output, every row-wise gradient
+        names = _str_list(t, field_name, path, key)
         for n in names:
             if n not in valid:
                 raise SpecError(path, f"{key}.{field_name}", _unknown("name", n, valid))
         scope[field_name] = tuple(names)
+    if scope.get("outputs") == ():
+        raise SpecError(
+            path, f"{key}.outputs", "expected at least one output (leave it out for every output)"
+        )
     return OutOfRangeRule(name, tuple(values), output, **scope)
 
 
@@ -733,43 +737,203 @@ def _parse_checks(table: dict, path: Path) -> dict[str, CheckConfig]:
     return out
 
 
-def _parse_candidates(items, path: Path) -> dict[str, CandidateSpec]:
+def _parse_candidates(items, path: Path, op: str) -> dict[str, CandidateSpec]:
+    """The ``[[candidate]]`` tables of op ``op``'s own spec."""
+    out: dict[str, CandidateSpec] = {}
+    for i, t in enumerate(_candidate_tables(items, path)):
+        cand = _parse_candidate(t, path, i)
+        key = f"candidate.{cand.name}"
+        if t.get("op", op) not in (op, [op]):  # its own op, said again, is harmless
+            raise SpecError(
+                path,
+                f"{key}.op",
+                f"a candidate in op {op!r}'s own spec is one of its candidates; put a "
+                "candidate of another op in an add-on spec (a file without gold)",
+            )
+        if cand.name in out:
+            raise SpecError(path, key, "duplicate candidate name in this file")
+        out[cand.name] = cand
+    return out
+
+
+def _candidate_tables(items, path: Path) -> list:
     if not isinstance(items, list):
         raise SpecError(path, "candidate", "expected an array of tables ([[candidate]])")
-    out: dict[str, CandidateSpec] = {}
     for i, t in enumerate(items):
-        key = f"candidate[{i}]"
         if not isinstance(t, dict):
-            raise SpecError(path, key, f"expected a table, got {_tname(t)}")
-        _check_keys(t, _CANDIDATE_KEYS, path, key)
-        name = _get(t, "name", str, path, key)
-        if not re.match(r"^[A-Za-z0-9_.-]+$", name):
-            raise SpecError(
-                path, f"{key}.name", f"expected letters, digits, '_', '-' or '.', got {name!r}"
-            )
-        key = f"candidate.{name}"
-        if name in out:
-            raise SpecError(path, key, "duplicate candidate name in this file")
-        devices = _str_list(t, "devices", path, key)
-        for d in devices:
-            if d not in DEVICES:
-                raise SpecError(path, f"{key}.devices", _unknown("device", d, DEVICES))
-        isolate = t.get("isolate")
-        if isolate is not None and not isinstance(isolate, bool):
-            raise SpecError(path, f"{key}.isolate", f"expected true or false, got {isolate!r}")
-        out[name] = CandidateSpec(
-            name=name,
-            callable=_import_path(t, "callable", path, key),
-            devices=tuple(devices),
-            source=path,
-            backward=_get(t, "backward", bool, path, key, default=True),
-            probe=_import_path(t, "probe", path, key) if "probe" in t else None,
-            description=_get(t, "description", str, path, key, default=""),
-            native=_get(t, "native", bool, path, key, default=False),
-            isolate=isolate,
-            bench_only=_get(t, "bench_only", bool, path, key, default=False),
+            raise SpecError(path, f"candidate[{i}]", f"expected a table, got {_tname(t)}")
+    return items
+
+
+def _parse_candidate(t: dict, path: Path, i: int) -> CandidateSpec:
+    """One ``[[candidate]]`` table (its ``op`` key, if any, is read by the caller)."""
+    key = f"candidate[{i}]"
+    _check_keys(t, _CANDIDATE_KEYS | {"op"}, path, key)
+    name = _get(t, "name", str, path, key)
+    if not re.match(r"^[A-Za-z0-9_.-]+$", name):
+        raise SpecError(
+            path, f"{key}.name", f"expected letters, digits, '_', '-' or '.', got {name!r}"
         )
+    key = f"candidate.{name}"
+    devices = _str_list(t, "devices", path, key)
+    for d in devices:
+        if d not in DEVICES:
+            raise SpecError(path, f"{key}.devices", _unknown("device", d, DEVICES))
+    isolate = t.get("isolate")
+    if isolate is not None and not isinstance(isolate, bool):
+        raise SpecError(path, f"{key}.isolate", f"expected true or false, got {isolate!r}")
+    return CandidateSpec(
+        name=name,
+        callable=_import_path(t, "callable", path, key),
+        devices=tuple(devices),
+        source=path,
+        backward=_get(t, "backward", bool, path, key, default=True),
+        probe=_import_path(t, "probe", path, key) if "probe" in t else None,
+        description=_get(t, "description", str, path, key, default=""),
+        native=_get(t, "native", bool, path, key, default=False),
+        isolate=isolate,
+        bench_only=_get(t, "bench_only", bool, path, key, default=False),
+        in_range=tuple(dict.fromkeys(_str_list(t, "in_range", path, key, default=[]))),
+    )
+
+
+def _check_in_range(op: OpSpec, cands, path: Path) -> None:
+    """``in_range = ["target"]``: index inputs of the op that some draw or contract rule
+    takes out of range (else the promise would change nothing, silently)."""
+    index = [i.name for i in op.inputs if i.values == "index"]
+    for cand in cands:
+        key = f"candidate.{cand.name}.in_range"
+        for name in cand.in_range:
+            if name not in index:
+                raise SpecError(path, key, _unknown("index input", name, index))
+            if not op.out_of_range_uses(name):
+                raise SpecError(
+                    path, key, f"op {op.name} never passes an out-of-range {name}; drop it"
+                )
+
+
+# --- add-on specs ----------------------------------------------------------------------------
+
+_OVERRIDE_KEYS = {"grid", "checks"}
+
+
+def _apply_addon(ops: dict[str, OpSpec], raw: dict, path: Path) -> dict[str, OpSpec]:
+    """``ops`` with an add-on file's candidates added and its ``[override.<op>]`` tables
+    applied; a candidate's ``op`` (a name or a list) wins over the file's."""
+    for key in raw:
+        if key in _OVERRIDE_KEYS:  # an op's own table, written at the top of an add-on
+            op = raw["op"] if isinstance(raw.get("op"), str) else "<op>"
+            raise SpecError(
+                path, key, f"an add-on spec sets an op's {key} in [override.{op}.{key}]"
+            )
+    _check_keys(raw, _ADDON_KEYS, path, "")
+    overrides = _get(raw, "override", dict, path, "", default={})
+    items = _candidate_tables(raw.get("candidate", []), path)
+    if not items and not overrides:
+        raise SpecError(
+            path, "candidate", "expected at least one [[candidate]] or [override.<op>] table"
+        )
+    out = dict(ops)
+    for name, extra in _addon_candidates(items, path, ops, _op_names(raw, path, "", ops)).items():
+        out[name] = _add_candidates(out[name], extra, path)
+    for name, table in overrides.items():
+        out[name] = _override(out, name, table, path)
     return out
+
+
+def _addon_candidates(
+    items: list, path: Path, ops: dict, file_ops: tuple[str, ...]
+) -> dict[str, dict[str, CandidateSpec]]:
+    """An add-on's candidates by op: each of the ops its ``op`` names, else the file's."""
+    by_op: dict[str, dict[str, CandidateSpec]] = {}
+    for i, t in enumerate(items):
+        cand = _parse_candidate(t, path, i)
+        key = f"candidate.{cand.name}"
+        names = _op_names(t, path, key, ops) or file_ops
+        if not names:
+            raise SpecError(
+                path,
+                f"{key}.op",
+                'missing: name the op it implements (op = "logp", or a list of ops), '
+                "on the candidate or at the top of the file",
+            )
+        for name in names:
+            group = by_op.setdefault(name, {})
+            if cand.name in group:
+                raise SpecError(path, key, f"duplicate candidate name for op {name} in this file")
+            group[cand.name] = cand
+    return by_op
+
+
+def _op_names(t: dict, path: Path, where: str, ops: dict) -> tuple[str, ...]:
+    """``op = "logp"`` or ``op = ["logp", "entropy"]``, each a known op; () when absent."""
+    full = f"{where}.op" if where else "op"
+    value = t.get("op", [])
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise SpecError(path, full, f"expected an op name or a list of op names, got {value!r}")
+    for n in names:
+        if n not in ops:
+            raise SpecError(path, full, _unknown("op", n, sorted(ops)))
+    return tuple(dict.fromkeys(names))
+
+
+def _override(ops: dict[str, OpSpec], name: str, table, path: Path) -> OpSpec:
+    """``[override.<op>]``: the op with its ``grid`` keys and ``checks`` parameters
+    replaced by the table's (the rest kept), validated as in the op's own spec."""
+    key = f"override.{name}"
+    if name not in ops:
+        raise SpecError(path, key, _unknown("op", name, sorted(ops)))
+    if not isinstance(table, dict):
+        raise SpecError(path, key, f"expected a table, got {_tname(table)}")
+    if "tolerance" in table:
+        raise SpecError(path, f"{key}.tolerance", "an add-on cannot change an op's tolerances")
+    _check_keys(table, _OVERRIDE_KEYS, path, key)
+    op = ops[name]
+    try:
+        if "grid" in table:
+            op = replace(op, grid=_override_grid(op, table["grid"], path))
+        if "checks" in table:
+            op = replace(op, checks=_override_checks(op, table["checks"], path))
+    except SpecError as exc:  # the key as written in the add-on
+        raise SpecError(path, f"{key}.{exc.key}", exc.problem) from None
+    return replace(op, overridden_by=(*op.overridden_by, path))
+
+
+def _override_grid(op: OpSpec, t, path: Path) -> Grid:
+    """The op's grid with the keys ``t`` gives replaced; a distribution ``t`` puts back in
+    the grid leaves ``left_out`` unless ``t`` gives ``left_out`` too."""
+    if not isinstance(t, dict):
+        raise SpecError(path, "grid", f"expected a table, got {_tname(t)}")
+    g = op.grid
+    dists = t.get("distributions", g.distributions)
+    merged = {
+        "dtypes": list(g.dtypes),
+        "shapes": [dict(s) for s in g.shapes],
+        "seeds": list(g.seeds),
+        "distributions": list(g.distributions),
+        "left_out": {k: v for k, v in g.left_out.items() if not _listed(k, dists)},
+        **t,
+    }
+    grid = _parse_grid(merged, path, op.dims)
+    _check_scales(op.inputs, op.dims, grid, path)
+    return grid
+
+
+def _listed(name: str, values) -> bool:
+    return isinstance(values, (list, tuple)) and name in values
+
+
+def _override_checks(op: OpSpec, t, path: Path) -> dict[str, CheckConfig]:
+    """The op's check settings with each parameter ``t`` gives replaced."""
+    if not isinstance(t, dict):
+        raise SpecError(path, "checks", f"expected a table, got {_tname(t)}")
+    merged = {}
+    for name, conf in t.items():
+        old = op.checks.get(name)
+        base = {"enabled": old.enabled, **old.params} if old else {}
+        merged[name] = {**base, **conf} if isinstance(conf, dict) else conf
+    return {**op.checks, **_parse_checks(merged, path)}
 
 
 # --- small validators ----------------------------------------------------------------------

@@ -165,15 +165,17 @@ class Tolerance:
 class OutOfRangeRule:
     """Index values outside ``[0, dim)`` must give exactly ``output`` and a zero gradient.
 
-    ``outputs`` and ``gradients`` scope it by name (empty: every output, every row-wise
-    gradient): a fused logp + entropy kernel's entropy is not 0 on ignored rows.
+    ``outputs`` and ``gradients`` scope it by name (None: every output, every row-wise
+    gradient; an empty ``gradients``: no gradient). The gradient judged is the one that
+    flows from ``outputs`` alone: a fused logp + entropy kernel's entropy, and so its
+    gradient, is not 0 on ignored rows.
     """
 
     input: str
     values: tuple[str | int, ...]
     output: float = 0.0
-    outputs: tuple[str, ...] = ()
-    gradients: tuple[str, ...] = ()
+    outputs: tuple[str, ...] | None = None
+    gradients: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,9 @@ class CandidateSpec:
     isolate: bool | None = None
     # a baseline for `bench` only (plain eager PyTorch): `run` checks it only when named
     bench_only: bool = False
+    # index inputs its caller keeps in range (ids masked before the call): drawn in range
+    # only for it, and the contract rules about out-of-range values of them not checked
+    in_range: tuple[str, ...] = ()
 
     @property
     def base_dir(self) -> Path:
@@ -265,6 +270,11 @@ class OpSpec:
     attribute_sweeps: dict[str, tuple] = field(default_factory=dict)
     masked: MaskedRule | None = None  # [contract.masked]
     must_raise: RaiseRule | None = None  # [contract.must_raise]
+    # index inputs drawn in range only: the op as a candidate with ``in_range`` sees it
+    # (:meth:`for_candidate`), part of a trial's key since its draws differ
+    in_range: tuple[str, ...] = ()
+    # add-on specs whose [override.<op>] changed its grid or check settings
+    overridden_by: tuple[Path, ...] = ()
 
     @property
     def base_dir(self) -> Path:
@@ -297,6 +307,41 @@ class OpSpec:
             masked=kept(masked, *(masked and (masked.mask, *masked.any_index) or ())),
             must_raise=kept(raises, *(raises and (raises.input, raises.where) or ())),
             out_of_range=kept(oor, *(oor and (oor.input,) or ())),
+        )
+
+    def out_of_range_uses(self, name: str) -> tuple[str, ...]:
+        """What draws or judges out-of-range values of the index input ``name``: what a
+        candidate that declares it ``in_range`` is not checked on."""
+        oor, masked, raises = self.out_of_range, self.masked, self.must_raise
+        uses = {
+            "out-of-range draws": self.input(name).out_of_range_fraction > 0,
+            "contract.out_of_range": oor is not None and oor.input == name,
+            "contract.masked's out-of-range ids": masked is not None and name in masked.any_index,
+            "contract.must_raise": raises is not None and raises.input == name,
+        }
+        return tuple(use for use, applies in uses.items() if applies)
+
+    def for_candidate(self, name: str) -> OpSpec:
+        """The op as candidate ``name`` is promised its inputs: each index input of its
+        ``in_range`` drawn in range only, without the contract rules about out-of-range
+        values of it. Idempotent."""
+        narrow = set(self.candidates[name].in_range) - set(self.in_range)
+        if not narrow:
+            return self
+        oor, masked, raises = self.out_of_range, self.masked, self.must_raise
+        if masked is not None:
+            any_index = tuple(n for n in masked.any_index if n not in narrow)
+            masked = replace(masked, any_index=any_index)
+        return replace(
+            self,
+            inputs=tuple(
+                replace(i, out_of_range_fraction=0.0) if i.name in narrow else i
+                for i in self.inputs
+            ),
+            out_of_range=None if oor is not None and oor.input in narrow else oor,
+            must_raise=None if raises is not None and raises.input in narrow else raises,
+            masked=masked,
+            in_range=tuple(sorted(narrow | set(self.in_range))),
         )
 
     def input(self, name: str) -> InputSpec:

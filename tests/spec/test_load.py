@@ -75,6 +75,9 @@ def test_loading_a_spec_imports_no_candidate(tmp_path):
     assert "x" in cat.op("logp").candidates  # loads; the import happens when it runs
 
 
+CAND = 'name = "{name}"\ncallable = "m:{name}"\ndevices = ["cpu"]\n'
+ADDON = 'op = "logp"\n[[candidate]]\n' + CAND.format(name="a")
+
 BAD = [
     ('op = "x"\nbad = = 1\n', "malformed TOML", "line 2"),
     (LOGP_HEAD.replace("[grid]", "[grid]\ndtpyes = []"), "grid.dtpyes", "did you mean 'dtypes'"),
@@ -179,6 +182,78 @@ BAD = [
         "tolerance.forward_accuracy.fp32.atol",
         "expected a number",
     ),
+    (
+        LOGP_HEAD + '[contract.out_of_range]\ninput = "target"\nvalues = [-1]\noutputs = []\n',
+        "contract.out_of_range.outputs",
+        "at least one output",
+    ),
+    # add-on specs: several ops, a candidate's op, overrides, in_range
+    (
+        '[[candidate]]\nop = "lgop"\n' + CAND.format(name="a"),
+        "candidate.a.op",
+        "did you mean 'logp'",
+    ),
+    (
+        "[[candidate]]\n" + CAND.format(name="a"),
+        "candidate.a.op",
+        'name the op it implements (op = "logp"',
+    ),
+    ('op = ["logp", 3]\n[[candidate]]\n' + CAND.format(name="a"), "op", "an op name or a list"),
+    (
+        'op = "logp"\n' + ("[[candidate]]\n" + CAND.format(name="a")) * 2,
+        "candidate.a",
+        "duplicate candidate name for op logp",
+    ),
+    (
+        ADDON + "[checks.forward_invariance]\nbatch_sizes = [1]\n",
+        "checks",
+        "[override.logp.checks]",
+    ),
+    (ADDON + "[grid]\nseeds = [3]\n", "grid", "[override.logp.grid]"),
+    (ADDON + "[override.lgop.grid]\nseeds = [3]\n", "override.lgop", "did you mean 'logp'"),
+    (ADDON + "[override.logp.gird]\nseeds = [3]\n", "override.logp.gird", "did you mean 'grid'"),
+    (
+        ADDON + "[override.logp.tolerance.forward_accuracy]\nfp32 = { atol = 1 }\n",
+        "override.logp.tolerance",
+        "cannot change an op's tolerances",
+    ),
+    (
+        ADDON + "[override.logp.grid]\nseed = [3]\n",
+        "override.logp.grid.seed",
+        "did you mean 'seeds'",
+    ),
+    (
+        ADDON + "[override.logp.grid]\nshapes = [{ batch = 2, vocb = 3 }]\n",
+        "override.logp.grid.shapes[0].vocb",
+        "did you mean 'vocab'",
+    ),
+    (
+        ADDON + "[override.logp.checks.forward_invariance]\nbatch_size = [1]\n",
+        "override.logp.checks.forward_invariance.batch_size",
+        "did you mean 'batch_sizes'",
+    ),
+    (
+        ADDON + "[override.logp.checks.forward_invariance]\nbatch_sizes = 3\n",
+        "override.logp.checks.forward_invariance.batch_sizes",
+        "expected list",
+    ),
+    (ADDON + 'in_range = ["targt"]\n', "candidate.a.in_range", "did you mean 'target'"),
+    (
+        ADDON + 'in_range = ["logits"]\n',
+        "candidate.a.in_range",
+        "unknown index input 'logits'; valid: target",
+    ),
+    ('op = "logp"\ncandidate = []\n', "candidate", "at least one [[candidate]] or [override"),
+    (
+        LOGP_HEAD + '[[candidate]]\nop = "logp"\n' + CAND.format(name="a"),
+        "candidate.a.op",
+        "put a candidate of another op in an add-on spec",
+    ),
+    (
+        LOGP_HEAD + "[[candidate]]\n" + CAND.format(name="a") + 'in_range = ["target"]\n',
+        "candidate.a.in_range",
+        "never passes an out-of-range target; drop it",
+    ),
 ]
 
 
@@ -191,6 +266,14 @@ def test_bad_spec_is_refused_naming_file_key_and_expectation(tmp_path, text, key
     assert message.startswith(str(path)), message
     assert key in message and fragment in message, message
     assert "\n" not in message
+
+
+def test_an_out_of_range_scope_left_out_means_all_and_an_empty_list_none(tmp_path):
+    rule = '[contract.out_of_range]\ninput = "target"\nvalues = [-1]\n'
+    op = load_catalog([write(tmp_path, LOGP_HEAD + rule)], builtin=False).op("mini")
+    assert (op.out_of_range.outputs, op.out_of_range.gradients) == (None, None)
+    op = load_catalog([write(tmp_path, LOGP_HEAD + rule + "gradients = []\n")], builtin=False)
+    assert op.op("mini").out_of_range.gradients == ()
 
 
 def test_duplicate_candidate_across_files(tmp_path):
@@ -390,3 +473,60 @@ def test_every_shipped_spec_draws_or_explains_every_distribution():
         for dist in DISTRIBUTIONS:
             reason = grid.left_out.get(dist, "")
             assert dist in grid.distributions or reason.strip(), (path.name, dist)
+
+
+# --- add-on specs: several ops, overrides, a narrower input contract ------------------------
+
+
+def test_one_addon_adds_candidates_to_several_ops(tmp_path):
+    """A candidate's own ``op`` (a name or a list) wins over the file's ``op``."""
+    text = (
+        'op = "logp"\n[[candidate]]\n' + CAND.format(name="a")
+        + '[[candidate]]\nop = "entropy"\n' + CAND.format(name="b")
+        + '[[candidate]]\nop = ["rms_norm", "swiglu"]\n' + CAND.format(name="c")
+    )  # fmt: skip
+    cat = load_catalog([write(tmp_path, text, "upstream.toml")])
+    assert "a" in cat.op("logp").candidates and "a" not in cat.op("entropy").candidates
+    assert "b" in cat.op("entropy").candidates and "b" not in cat.op("logp").candidates
+    assert "c" in cat.op("rms_norm").candidates and "c" in cat.op("swiglu").candidates
+    without_file_op = text.replace('op = "logp"\n[[candidate]]\n' + CAND.format(name="a"), "")
+    cat = load_catalog([write(tmp_path, without_file_op, "upstream.toml")])
+    assert "b" in cat.op("entropy").candidates
+
+
+def test_an_override_changes_a_shipped_ops_checks_and_grid(tmp_path, catalog):
+    text = (
+        "[override.logp.checks.forward_invariance]\nbatch_sizes = [1, 524, 525, 526]\n"
+        "[override.logp.grid]\nshapes = [{ batch = 530, vocab = 257 }]\n"
+        'distributions = ["normal", "zero_rows"]\n'
+    )
+    op = load_catalog([write(tmp_path, text)]).op("logp")
+    shipped = catalog.op("logp")
+    inv = op.checks["forward_invariance"]
+    assert inv.params == {
+        **shipped.checks["forward_invariance"].params,
+        "batch_sizes": [1, 524, 525, 526],
+    }
+    assert op.checks["backward_invariance"] == shipped.checks["backward_invariance"]
+    assert op.grid.shapes == ({"batch": 530, "vocab": 257},)
+    assert op.grid.distributions == ("normal", "zero_rows")
+    assert "zero_rows" not in op.grid.left_out and "tiny_rows" in op.grid.left_out
+    assert (op.grid.dtypes, op.grid.seeds) == (shipped.grid.dtypes, shipped.grid.seeds)
+    assert op.candidates == shipped.candidates
+
+
+def test_a_candidate_declares_ids_in_range():
+    from tests.conftest import FIXTURES
+
+    op = load_catalog([FIXTURES / "in_range.toml"]).op("logp")
+    assert op.candidates["masked_ids"].in_range == ("target",)
+    narrowed = op.for_candidate("masked_ids")
+    assert narrowed.input("target").out_of_range_fraction == 0.0
+    assert narrowed.out_of_range is None and narrowed.masked.any_index == ()
+    assert narrowed.in_range == ("target",) and narrowed.for_candidate("masked_ids") == narrowed
+    assert op.for_candidate("torch") is op and op.out_of_range is not None
+
+
+def test_a_candidate_may_name_its_own_op_in_the_ops_spec(tmp_path):
+    own = LOGP_HEAD + '[[candidate]]\nop = "mini"\n' + CAND.format(name="a")
+    assert "a" in load_catalog([write(tmp_path, own)], builtin=False).op("mini").candidates

@@ -1,5 +1,6 @@
 """A fused logp + entropy op (two outputs), declared only in a spec: its gold and an honest
-fused candidate, whose entropy is not 0 on ignored rows (only logp's contract says so)."""
+fused candidate, whose entropy (and its gradient) is not 0 on ignored rows: only logp's
+contract says so."""
 
 from __future__ import annotations
 

@@ -1,0 +1,51 @@
+"""contract: an out-of-range rule scoped to some outputs judges their values and the
+gradient that flows from them alone; an empty ``gradients`` list judges no gradient."""
+
+from __future__ import annotations
+
+from kernelcheck import api
+from tests.conftest import FIXTURES, SPECS, run_one
+
+SHAPE = {"batch": 8, "vocab": 257}
+
+
+def _fused_catalog(tmp_path, text: str | None = None):
+    """tests/specs/logp_entropy.toml (``text`` in its place when given), plus the planted
+    ``leaky`` candidate of tests/fixtures."""
+    spec = SPECS / "logp_entropy.toml"
+    if text is not None:
+        (tmp_path / "logp_entropy_op.py").write_text((SPECS / "logp_entropy_op.py").read_text())
+        spec = tmp_path / "logp_entropy.toml"
+        spec.write_text(text)
+    return api.load_catalog([spec, FIXTURES / "planted_logp_entropy.toml"])
+
+
+def test_a_scoped_rule_judges_the_gradient_of_its_own_outputs_only(tmp_path):
+    """The honest fused kernel's entropy gradient is live on ignored rows: judged on the
+    gradient of logp alone it passes; a logp whose gradient leaks there fails."""
+    cat = _fused_catalog(tmp_path)
+    assert cat.op("logp_entropy").candidates["fused"].backward
+    honest = run_one(cat, "logp_entropy", "fused", "contract", "fp32", SHAPE)
+    assert honest.status == "pass", honest.message
+    leaky = run_one(cat, "logp_entropy", "leaky", "contract", "fp32", SHAPE)
+    assert leaky.status == "fail"
+    assert "gradient:logits (from logp) is not zero on out-of-range rows" in leaky.message
+
+
+def test_an_unscoped_rule_judges_every_output_and_the_whole_gradient(tmp_path):
+    text = (SPECS / "logp_entropy.toml").read_text().replace('outputs = ["logp"]', "")
+    res = run_one(
+        _fused_catalog(tmp_path, text), "logp_entropy", "fused", "contract", "fp32", SHAPE
+    )
+    assert res.status == "fail"
+    assert "entropy: target=" in res.message
+    assert "gradient:logits is not zero on out-of-range rows" in res.message
+
+
+def test_an_empty_gradients_list_judges_no_gradient(tmp_path):
+    text = (SPECS / "logp_entropy.toml").read_text()
+    text = text.replace('outputs = ["logp"]', 'outputs = ["logp"]\ngradients = []')
+    cat = _fused_catalog(tmp_path, text)
+    assert cat.op("logp_entropy").out_of_range.gradients == ()
+    res = run_one(cat, "logp_entropy", "leaky", "contract", "fp32", SHAPE)
+    assert res.status == "pass", res.message
