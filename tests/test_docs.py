@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelcheck import api
 from kernelcheck.checks import CHECKS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,6 +85,23 @@ def test_the_example_candidate_is_the_tested_one(page):
     code = code_after(page, "# my_kernels.py, beside my_kernels.toml")
     tested = (specs / "my_kernels.py").read_text()
     assert code == tested[tested.index("import torch") :]
+
+
+def test_the_example_candidate_loses_nothing_on_large_rows():
+    """The README's claim: accurate and as precise as fp32 on rows offset by 1e4."""
+    cat = api.load_catalog([REPO / "tests" / "specs" / "my_kernels.toml"])
+    report = api.run(
+        cat,
+        "logp",
+        candidate_names=["mykernel"],
+        dtype_names="fp32",
+        shape={"batch": 8, "vocab": 151936},
+        check_names=["forward_accuracy", "forward_precision"],
+        distributions="large",
+        isolate=False,
+        sweeps=False,
+    )
+    assert [r.status for r in report.results] == ["pass", "pass"], report.results
 
 
 def test_no_commit_ids_in_the_readme():

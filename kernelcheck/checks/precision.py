@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 
 from kernelcheck.cases.inputs import parts_of
-from kernelcheck.checks.base import Check, Outcome, Trial, flat_rows
-from kernelcheck.checks.diagnose import likely_cause, stored_in_16_bits
+from kernelcheck.checks.base import Check, Outcome, Trial, flat_rows, fmt_index
+from kernelcheck.checks.diagnose import Evidence, gather, likely_cause
 from kernelcheck.checks.metrics import ErrorStats, fp32_ulp, sig3
 
 
@@ -35,6 +35,7 @@ class ForwardPrecision(Check):
         self.max_ulp = 0
         self.nonfinite = 0
         self.failed: tuple | None = None
+        self.evidence: Evidence | None = None  # what the failure's hint cites
         # the judged part closest to its limit:
         # (margin, trial, dist, cand, ref, ratio, bound, floor)
         self.closest: tuple | None = None
@@ -65,7 +66,8 @@ class ForwardPrecision(Check):
         nlead = len(self.ctx.lead)
         parts = parts_of(trial.distribution)
         oor = self._out_of_range_rows(trial)
-        for c, r, g in zip(trial.outputs, trial.reference, trial.gold):
+        names = [o.name for o in self.ctx.op.outputs] if len(self.ctx.op.outputs) > 1 else None
+        for i, (c, r, g) in enumerate(zip(trial.outputs, trial.reference, trial.gold)):
             if tuple(c.shape) != tuple(g.shape):
                 if self.failed is None:
                     self.failed = (trial, trial.distribution, float("inf"), 0.0, 0.0, "", 0, 0)
@@ -75,9 +77,11 @@ class ForwardPrecision(Check):
             for k, dist in enumerate(parts):
                 rows = slice(k, None, len(parts))
                 mask = None if oor is None or oor[1].numel() != c.shape[0] else oor[1][rows]
-                self._judge(trial, dist, c[rows], r[rows], g[rows], mask, oor and oor[0])
+                part = (trial, rows, names[i] if names else "")
+                self._judge(part, dist, c[rows], r[rows], g[rows], mask, oor and oor[0])
 
-    def _judge(self, trial: Trial, dist: str, c, r, g, out_of_range, what) -> None:
+    def _judge(self, part: tuple, dist: str, c, r, g, out_of_range, what) -> None:
+        trial = part[0]
         cand, ref = ErrorStats(), ErrorStats()
         cand.update(c, g)
         ref.update(r, g)
@@ -96,23 +100,61 @@ class ForwardPrecision(Check):
         self.nonfinite += cand.n_nonfinite
         bad = cand.n_nonfinite > 0 or cand.max_abs > bound
         if bad and self.failed is None:
-            cause = self._cause(cand, c, g, bound, out_of_range, what)
+            cause = self._cause(part, cand, (c, g, ratio, bound), out_of_range, what)
             if cand.max_abs <= bound:  # the NaN/Inf alone break it: say so, not "error > limit"
                 cause = f"finite max error {cand.max_abs:.3e} is within the limit, but {cause}"
             self.failed = (trial, dist, cand.max_abs, ref.max_abs, floor, cause, ratio, bound)
 
-    @staticmethod
-    def _cause(cand: ErrorStats, c, g, bound, out_of_range, what) -> str:
+    def _cause(self, part: tuple, cand: ErrorStats, judged: tuple, out_of_range, what) -> str:
+        """The hint, from the evidence gathered on the in-range rows (kept for the metrics)."""
+        c, g, ratio, bound = judged
         only_oor = None
-        in_range = c
+        keep = torch.arange(c.shape[0])
         if out_of_range is not None and bool(out_of_range.any()):
             inside, outside = ErrorStats(), ErrorStats()
             inside.update(c[~out_of_range], g[~out_of_range])
             outside.update(c[out_of_range], g[out_of_range])
             if inside.max_abs <= bound and not inside.n_nonfinite:
                 only_oor = (what, outside.max_abs)
-            in_range = c[~out_of_range]
-        return likely_cause(cand.n_nonfinite, only_oor, stored_in_16_bits(in_range))
+            keep = keep[~out_of_range]
+        if not cand.n_nonfinite and only_oor is None and keep.numel():
+            self.evidence = gather(
+                c[keep],
+                g[keep],
+                ratio,
+                bound,
+                self._locator(part, keep),
+                self._row_absmax(part, keep),
+            )
+        return likely_cause(cand.n_nonfinite, only_oor, self.evidence)
+
+    def _locator(self, part: tuple, keep: torch.Tensor):
+        """Row ``i`` of the judged rows -> its index in the trial's output (named when the
+        op has several)."""
+        trial, rows, name = part
+        lead = tuple(trial.gold[0].shape[: len(self.ctx.lead)])
+
+        def locate(i: int, rest: tuple) -> str:
+            return name + fmt_index(rows.start + int(keep[i]) * rows.step, rest, lead)
+
+        return locate
+
+    def _row_absmax(self, part: tuple, keep: torch.Tensor):
+        """Row ``i`` of the judged rows -> the largest |input| in it (row-wise float inputs)."""
+        trial, rows, _ = part
+        op, nlead = self.ctx.op, len(self.ctx.lead)
+        names = [s.name for s in op.inputs if op.is_row_wise(s)]
+
+        def absmax(i: int) -> float | None:
+            row = rows.start + int(keep[i]) * rows.step
+            vals = [
+                float(flat_rows(trial.cpu_inputs[n], nlead)[row].double().abs().max())
+                for n in names
+                if trial.cpu_inputs[n].is_floating_point() and trial.cpu_inputs[n].numel()
+            ]
+            return max(vals) if vals else None
+
+        return absmax
 
     def outcome(self) -> Outcome:
         """Metrics and ``limit`` belong to one judged part: the failing one, else the one
@@ -138,6 +180,8 @@ class ForwardPrecision(Check):
         else:
             tol["limit"] = bound
             metrics = self._metrics(ratio, cand, ref, floor)
+            if self.evidence is not None:
+                metrics["evidence"] = self.evidence.metrics()
             if cand > bound:
                 msg = (
                     f"max error {cand:.3e} > limit {bound:.3e} = {self.params['ratio']:g} x fp32 "

@@ -192,10 +192,10 @@ def test_a_raising_probe_does_not_hide_the_next_finding(catalog):
 @pytest.mark.parametrize(
     "module,name,dtype,dist,hint",
     [
-        ("broken_logp", "stores_bf16", "fp32", "normal", "stored in 16 bits (bf16)"),
+        ("broken_logp", "stores_bf16", "fp32", "normal", "the output's bf16 rounding"),
         ("broken_logp", "nonzero_out_of_range", "fp32", "normal", "only at out-of-range target"),
         ("faulty_logp", "returns_nan", "fp32", "normal", "NaN/Inf output(s)"),
-        ("broken_logp", "bf16_accumulation", "bf16", "normal", "lower precision than fp32"),
+        ("broken_logp", "bf16_accumulation", "bf16", "normal", "x the honest fp32 reference's"),
     ],
 )
 def test_precision_hint_names_the_cause_the_metrics_support(
@@ -207,8 +207,7 @@ def test_precision_hint_names_the_cause_the_metrics_support(
     )
     r = res["forward_precision"]
     assert r.status == "fail" and hint in r.message, r.message
-    if "lower precision" not in hint:
-        assert "lower precision" not in r.message
+    assert "lower precision" not in r.message  # a guess no metric backs (issue 25.6)
 
 
 # --- 6. real logit scales -----------------------------------------------------------------
