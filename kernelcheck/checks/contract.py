@@ -14,7 +14,7 @@ import torch
 
 from kernelcheck.checks.base import CandidateFault, Check, Outcome, Trial, WrongOutput, flat_rows
 from kernelcheck.checks.metrics import bits, first_bit_difference
-from kernelcheck.spec.load import eval_dim_expr
+from kernelcheck.spec.model import eval_dim_expr
 
 
 def plant_out_of_range(ctx, inputs: dict) -> tuple[list[int], list[int]]:
