@@ -40,7 +40,7 @@ from kernelcheck.commands.options import (
 )
 from kernelcheck.commands.progress import CaseTicker
 from kernelcheck.commands.verdict import exit_code, render, shrink_and_notes
-from kernelcheck.compare.reports import DEFAULT_FACTOR
+from kernelcheck.compare import DEFAULT_FACTOR
 from kernelcheck.errors import (
     EXIT_FAILED,
     EXIT_OK,
