@@ -487,7 +487,7 @@ def doctor() -> dict:
     from kernelcheck.candidates import ascend
     from kernelcheck.candidates.native.library import library_status
     from kernelcheck.checks import fastpath
-    from kernelcheck.runner.allocator import keeper_status
+    from kernelcheck.runner.keeper import keeper_status
 
     devs = {}
     for name, st in devices.all_status().items():

@@ -50,7 +50,7 @@ from kernelcheck.errors import (
     Interrupted,
     UsageError,
 )
-from kernelcheck.runner.allocator import keep_chunks_in_heap
+from kernelcheck.runner.malloc_tuning import keep_chunks_in_heap
 
 app = typer.Typer(
     add_completion=False,
