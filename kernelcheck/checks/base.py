@@ -18,9 +18,10 @@ import torch
 from kernelcheck import dtypes, gold
 from kernelcheck.cases.grid import Case, lead_shape
 from kernelcheck.cases.inputs import make_inputs, make_upstream
-from kernelcheck.cases.shared import SharedTrials, trial_key, unwritten
+from kernelcheck.cases.trial_store import SharedTrials, trial_key
 from kernelcheck.checks.metrics import aliasing_problems, integrity_problems, row_digests
 from kernelcheck.memory import release_free_heap
+from kernelcheck.smaps import unwritten
 from kernelcheck.spec.model import OpSpec, Tolerance
 from kernelcheck.timing import PhaseClock
 

@@ -19,7 +19,7 @@ from kernelcheck import candidates
 from kernelcheck.candidates.devices import torch_device
 from kernelcheck.cases.grid import Case, rows
 from kernelcheck.cases.inputs import MIX
-from kernelcheck.cases.shared import SharedTrials
+from kernelcheck.cases.trial_store import SharedTrials
 from kernelcheck.checks import CHECKS, CandidateFault, CaseContext, Outcome, Trial
 from kernelcheck.checks.base import no_progress
 from kernelcheck.results import CheckResult

@@ -102,12 +102,12 @@ def test_checks_needing_small_inputs_run_without_the_trials_inputs_mapped(
     import torch
 
     from kernelcheck import api
-    from kernelcheck.cases import shared
+    from kernelcheck.cases import run_folder
     from kernelcheck.checks import CHECKS, base
 
     monkeypatch.setattr(base, "IN_PLACE_BYTES", 0)  # uncopied, as at the Qwen3 shape
     if not stored:
-        monkeypatch.setattr(shared, "make_run_folder", lambda: None)
+        monkeypatch.setattr(run_folder, "make_run_folder", lambda: None)
     full = ("forward_accuracy", "backward_accuracy", "determinism")  # at the trial's size
     small = ("contract", "integrity", "forward_invariance")  # the one drawing its own last
     events = []  # per candidate, in order: (check, inputs held as it starts)
