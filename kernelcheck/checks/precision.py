@@ -19,9 +19,12 @@ from __future__ import annotations
 import torch
 
 from kernelcheck.cases.inputs import parts_of
-from kernelcheck.checks.base import Check, Outcome, Trial, flat_rows
+from kernelcheck.checks.check import Check
 from kernelcheck.checks.diagnose import likely_cause, stored_in_16_bits
 from kernelcheck.checks.metrics import ErrorStats, fp32_ulp, sig3
+from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.rows import flat_rows
+from kernelcheck.checks.trial import Trial
 
 
 class ForwardPrecision(Check):

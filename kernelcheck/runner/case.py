@@ -21,7 +21,7 @@ from kernelcheck.cases.grid import Case, rows
 from kernelcheck.cases.inputs import MIX
 from kernelcheck.cases.trial_store import SharedTrials
 from kernelcheck.checks import CHECKS, CandidateFault, CaseContext, Outcome, Trial
-from kernelcheck.checks.base import no_progress
+from kernelcheck.checks.context import no_progress
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.imports import ImportPathError, resolve

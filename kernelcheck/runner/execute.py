@@ -29,7 +29,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 
 from kernelcheck.cases.grid import Case
-from kernelcheck.checks.base import Outcome
+from kernelcheck.checks.outcome import Outcome
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.case import RunOptions, make_result, run_case
 from kernelcheck.runner.poison import poisoned_fresh_memory
