@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 
 from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
-from kernelcheck.cases import shared
+from kernelcheck.cases import run_folder
 from kernelcheck.cases.grid import Case, parse_shard, shard
 from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
 from kernelcheck.checks import CHECKS, Outcome
@@ -382,8 +382,8 @@ def execute(
         if on_result:
             on_result(res, report)
     executor = Executor(plan.isolate, plan.timeout_s)
-    folder = shared.make_run_folder() if shared_groups(plan.cases) else None
-    budget = shared.budget_for(folder) if folder is not None else 0
+    folder = run_folder.make_run_folder() if shared_groups(plan.cases) else None
+    budget = run_folder.budget_for(folder) if folder is not None else 0
     jobs = concurrency(plan.op, plan.cases, plan.isolate)
     schedule = Schedule(executor, plan.op, plan.cases, plan.options, folder, budget, jobs)
     if on_case:
@@ -418,7 +418,7 @@ def execute(
     finally:
         schedule.stop()
         executor.close()
-        shared.remove(folder)
+        run_folder.remove(folder)
         report.finished = time.time()
         report.extra["phase_seconds"] = {k: round(v, 3) for k, v in executor.phase_seconds.items()}
     return report
@@ -497,7 +497,7 @@ def doctor() -> dict:
     from kernelcheck.candidates import ascend
     from kernelcheck.candidates.native.library import library_status
     from kernelcheck.checks import fastpath
-    from kernelcheck.runner.allocator import keeper_status
+    from kernelcheck.runner.keeper import keeper_status
 
     devs = {}
     for name, st in devices.all_status().items():

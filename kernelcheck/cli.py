@@ -40,7 +40,7 @@ from kernelcheck.commands.options import (
 )
 from kernelcheck.commands.progress import CaseTicker
 from kernelcheck.commands.verdict import exit_code, render, shrink_and_notes
-from kernelcheck.compare.reports import DEFAULT_FACTOR
+from kernelcheck.compare import DEFAULT_FACTOR
 from kernelcheck.errors import (
     EXIT_FAILED,
     EXIT_OK,
@@ -50,7 +50,7 @@ from kernelcheck.errors import (
     Interrupted,
     UsageError,
 )
-from kernelcheck.runner.allocator import keep_chunks_in_heap
+from kernelcheck.runner.malloc_tuning import keep_chunks_in_heap
 
 app = typer.Typer(
     add_completion=False,

@@ -2,7 +2,7 @@
 
 The ``kernelcheck`` command (:mod:`kernelcheck.__main__`) sets them in its own process
 before torch loads, and its isolated workers get them in the environment they start
-with (``runner/allocator.py``). Importing ``kernelcheck``, its API or its pytest plugin
+with (``runner/worker_environment.py``). Importing ``kernelcheck``, its API or its pytest plugin
 sets nothing: a user's process keeps its own settings. Each is a default: a value the
 user set wins.
 """

@@ -14,6 +14,11 @@ as for any test. A failing item shows the CLI's one-line reason and its ``repro:
 command, not a traceback. The plan is built in ``pytest_configure`` (a bad option is a
 ``pytest.UsageError`` before anything runs) and is deterministic, so every xdist worker
 collects the same items in the same order.
+
+The checks of one case share one run, as in the CLI: the first item of a case to run
+runs the case once for every selected item's check (one gold and one set of candidate
+calls per trial), and the other items read their results (:class:`CaseResults`). Under
+xdist each worker that gets items of a case runs it once.
 """
 
 from __future__ import annotations
@@ -182,6 +187,7 @@ class KernelcheckSession:
         self.plans = plans
         # one executor per op (its isolation and timeout, its workers), shared by the items
         self.executors: dict = {}
+        self.case_results = CaseResults()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         for executor in self.executors.values():
@@ -197,6 +203,7 @@ class KernelcheckSession:
             nodeid="kernelcheck",
             plans=self.plans,
             executors=self.executors,
+            case_results=self.case_results,
         )
         if config.getoption("kernelcheck_only") and items:
             # the repository's own tests are deselected, as -k would, and said so
@@ -222,10 +229,18 @@ class KernelcheckSession:
 class KernelcheckCollector(pytest.Collector):
     """The session-level parent of every item: node ids read ``kernelcheck::logp[...]``."""
 
-    def __init__(self, *, plans: list, executors: dict | None = None, **kwargs):
+    def __init__(
+        self,
+        *,
+        plans: list,
+        executors: dict | None = None,
+        case_results: CaseResults | None = None,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.plans = plans
         self.executors = executors if executors is not None else {}
+        self.case_results = case_results if case_results is not None else CaseResults()
 
     def collect(self):
         from kernelcheck.runner.execute import Executor
@@ -240,10 +255,45 @@ class KernelcheckCollector(pytest.Collector):
                         self,
                         name=f"{plan.op.name}[{case.id}-{check}]",
                         plan=plan,
-                        case=dataclasses.replace(case, checks=(check,)),
+                        case=case,
                         check=check,
                         executor=executor,
+                        case_results=self.case_results,
                     )
+
+
+class CaseResults:
+    """Each case's results, by check: run once, on the first of its items to run.
+
+    The case runs with the checks of every item of it still selected in this session
+    (``-k`` and ``-m`` leave the others out), in the case's order; each item takes its own
+    result. A run that raises caches nothing: the next item of the case runs it again.
+    """
+
+    def __init__(self):
+        self._results: dict[tuple[str, str], dict] = {}
+
+    def take(self, item: KernelcheckItem):
+        """``item``'s result (None: the case's run gave none for its check)."""
+        key = (item.plan.op.name, item.case.id)
+        if key not in self._results:
+            selected = {
+                other.check
+                for other in item.session.items
+                if isinstance(other, KernelcheckItem)
+                and other.plan is item.plan
+                and other.case.id == item.case.id
+            } | {item.check}
+            checks = tuple(c for c in item.case.checks if c in selected)
+            case = dataclasses.replace(item.case, checks=checks)
+            # the run's executor: in process or isolated, with the per-case timeout, as the CLI
+            results = item.executor.run(item.plan.op, case, item.plan.options)
+            self._results[key] = {r.check: r for r in results}
+        found = self._results[key]
+        result = found.pop(item.check, None)
+        if not found:  # every item of the case has its result: let go of the case
+            del self._results[key]
+        return result
 
 
 class KernelcheckFailure(Exception):
@@ -262,18 +312,17 @@ def format_failure(result) -> str:
 
 
 class KernelcheckItem(pytest.Item):
-    def __init__(self, *, plan, case, check, executor, **kwargs):
+    def __init__(self, *, plan, case, check, executor, case_results=None, **kwargs):
         super().__init__(**kwargs)
         self.plan = plan
-        self.case = case
+        self.case = case  # the whole case: the checks of all its items
         self.check = check
         self.executor = executor
+        self.case_results = case_results if case_results is not None else CaseResults()
         self.result = None
 
     def runtest(self) -> None:
-        # the run's executor: in process or isolated, with the per-case timeout, as the CLI
-        results = list(self.executor.run(self.plan.op, self.case, self.plan.options))
-        self.result = next((r for r in results if r.check == self.check), None)
+        self.result = self.case_results.take(self)
         if self.result is None:
             raise RuntimeError(f"kernelcheck: check {self.check} returned no result")
         self.user_properties.append(("kernelcheck_status", self.result.status))

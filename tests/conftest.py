@@ -83,3 +83,21 @@ def run_one(catalog, op: str, candidate: str, check: str, dtype: str, shape: dic
     )
     (res,) = report.results
     return res
+
+
+SHARD_RUN = dict(
+    device="cpu", dtype_names="fp32,bf16", shape=SMALL, seeds=[0], distributions="normal"
+)
+
+
+@pytest.fixture(scope="session")
+def shard_runs(catalog):
+    """A small logp run and its two shards, as JSON report dicts (merge and diff read them)."""
+    full = api.run(catalog, "logp", **SHARD_RUN).to_dict()
+    shards = [api.run(catalog, "logp", shard_spec=f"{k}/2", **SHARD_RUN).to_dict() for k in (1, 2)]
+    return full, shards
+
+
+def result_table(report: dict) -> dict:
+    """(case id, check) -> (status, metrics) of a report's results."""
+    return {(r["case_id"], r["check"]): (r["status"], r["metrics"]) for r in report["results"]}

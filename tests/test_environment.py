@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from kernelcheck.environment import command_defaults, worker_defaults
-from kernelcheck.runner.allocator import worker_environment
+from kernelcheck.runner.worker_environment import worker_environment
 
 SET_BY_US = ("TORCH_DEVICE_BACKEND_AUTOLOAD", "THP_MEM_ALLOC_ENABLE", "GOMP_SPINCOUNT")
 

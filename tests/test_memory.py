@@ -9,12 +9,12 @@ import sys
 import pytest
 
 # 30 chunk-sized temporaries (4 MB each, as the gold and the draws make) freed but kept by
-# glibc in the heap (kernelcheck's own processes keep them: runner/allocator.py); the
+# glibc in the heap (kernelcheck's own processes keep them: runner/malloc_tuning.py); the
 # resident KB before and after the trim
 _SCRIPT = """
 import torch
 from kernelcheck.memory import release_free_heap
-from kernelcheck.runner.allocator import keep_chunks_in_heap
+from kernelcheck.runner.malloc_tuning import keep_chunks_in_heap
 keep_chunks_in_heap()
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4

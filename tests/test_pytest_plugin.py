@@ -259,3 +259,39 @@ def test_every_shipped_op_runs_as_pytest_items(pytester, op, shape):
     # each sweep value (rms_norm's eps) is a case of every check but shape_sweep
     extra = sum(len(v) for v in load_catalog().ops[op].attribute_sweeps.values())
     res.assert_outcomes(passed=len(CHECKS) + extra * (len(CHECKS) - 1))
+
+
+COUNTED = [
+    f"--kernelcheck-spec={TESTS / 'specs' / 'counted.toml'}",
+    "--kernelcheck-device=cpu",
+    "--kernelcheck-candidate=first",
+    "--kernelcheck-checks=forward_accuracy,forward_precision",
+    "-p",
+    "no:cacheprovider",
+    "-p",
+    "no:randomly",
+]
+
+
+def test_the_checks_of_a_case_share_one_gold_and_one_set_of_candidate_calls(pytester, monkeypatch):
+    """Two checks reading the same trials: one run of the case, so the gold is computed
+    once per trial (2 seeds x one mixed normal+lm trial), not once per check; ``-k``
+    runs the case for the selected check alone, at the same cost."""
+    count = pytester.path / "gold_calls.txt"  # the counted gold logs each call there
+    monkeypatch.setenv("KC_GOLD_COUNT_FILE", str(count))
+    res = pytester.runpytest_inprocess(*_plugin(), *COUNTED)
+    res.assert_outcomes(passed=2)
+    assert len(count.read_text().splitlines()) == 2
+    for check in ("forward_accuracy", "forward_precision"):  # one item a session: as before
+        count.unlink()
+        res = pytester.runpytest_inprocess(*_plugin(), *COUNTED, "-k", check)
+        res.assert_outcomes(passed=1, deselected=1)
+        assert len(count.read_text().splitlines()) == 2
+
+
+def test_under_xdist_each_worker_runs_a_case_at_most_once(pytester, monkeypatch):
+    count = pytester.path / "gold_calls.txt"  # the counted gold logs each call there
+    monkeypatch.setenv("KC_GOLD_COUNT_FILE", str(count))
+    res = pytester.runpytest_subprocess(*_plugin(), *COUNTED, "-n", "2", timeout=120)
+    res.assert_outcomes(passed=2)
+    assert len(count.read_text().splitlines()) in (2, 4)  # one run per worker with items

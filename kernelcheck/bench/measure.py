@@ -485,18 +485,7 @@ def _bench_group(
         n: BenchResult(op.name, n, op.candidates[n].callable, dev, dtype, dict(sizes))
         for n in names
     }
-    fns: dict[str, Callable] = {}
-    for n in names:
-        try:
-            loaded = candidates.load(op.candidates[n])
-        except Exception as exc:
-            results[n].error = f"import failed: {_error_text(exc)}"
-            continue
-        results[n].implementation = loaded.implementation
-        # the op's attributes at their first (default) values; switches stay off
-        defaults = {k: v[0] for k, v in op.attributes.items() if k not in op.switches}
-        fns[n] = with_attributes(loaded.fn, defaults)
-
+    fns = _load_candidates(op, names, results)
     first = make_inputs(op, sizes, dtype, 0, "normal")
     set_bytes = sum(t.numel() * t.element_size() for t in first.values())
     nbytes = model_bytes(op, first, sizes)
@@ -510,93 +499,143 @@ def _bench_group(
     pool_n = _pool_size(set_bytes, dev, pool_max)
     pool = _make_pool(op, sizes, dtype, dev, pool_n, first)
     del first
-    if dev == "cuda":
-        flush_bytes = GPU_FLUSH_BYTES
-    elif dev == "cpu":
-        llc = _cpu_last_level_cache()
-        flush_bytes = min(256 * MIB, 2 * llc) if set_bytes < 2 * llc else 0
-    else:
-        flush_bytes = 0  # npu: no portable flush; the rotating pool still applies
-    timer = _Timer(dev, flush_bytes)
-    calls = 0
+    flush_bytes = _flush_bytes(dev, set_bytes)
+    caller = _Rotation(fns, pool, _Timer(dev, flush_bytes))
+    flush_s = caller.flush_seconds(dev) if flush_bytes else 0.0
+    with torch.no_grad():
+        targets = _warm_up(caller, results, warmup, flush_s, reps, min_time_s, max_reps)
+        samples = _timed_rounds(caller, names, targets, results)
+    pool.clear()  # free the input sets before the next dtype x shape
+    return [_summary(results[n], samples.get(n, []), peak) for n in names]
 
-    def call(n: str, timed: bool) -> float | None:
-        nonlocal calls
-        inputs = pool[calls % len(pool)]
-        calls += 1
-        timer.flush()
-        fn = fns[n]
+
+def _load_candidates(
+    op: OpSpec, names: list[str], results: dict[str, BenchResult]
+) -> dict[str, Callable]:
+    """The candidates that load, at the op's default attributes (a failure is recorded)."""
+    fns: dict[str, Callable] = {}
+    for n in names:
+        try:
+            loaded = candidates.load(op.candidates[n])
+        except Exception as exc:
+            results[n].error = f"import failed: {_error_text(exc)}"
+            continue
+        results[n].implementation = loaded.implementation
+        # the op's attributes at their first (default) values; switches stay off
+        defaults = {k: v[0] for k, v in op.attributes.items() if k not in op.switches}
+        fns[n] = with_attributes(loaded.fn, defaults)
+    return fns
+
+
+def _flush_bytes(dev: str, set_bytes: int) -> int:
+    """The cache flush written before each call: none when a set cannot stay cached."""
+    if dev == "cuda":
+        return GPU_FLUSH_BYTES
+    if dev == "cpu":
+        llc = _cpu_last_level_cache()
+        return min(256 * MIB, 2 * llc) if set_bytes < 2 * llc else 0
+    return 0  # npu: no portable flush; the rotating pool still applies
+
+
+class _Rotation:
+    """Calls the candidates on the input pool's sets in turn, the cache flushed first."""
+
+    def __init__(self, fns: dict[str, Callable], pool: list, timer: _Timer):
+        self.fns, self.pool, self.timer, self.calls = fns, pool, timer, 0
+
+    def call(self, n: str, timed: bool) -> float | None:
+        inputs = self.pool[self.calls % len(self.pool)]
+        self.calls += 1
+        self.timer.flush()
+        fn = self.fns[n]
         if timed:
-            return timer.time_call(lambda: fn(**inputs))
+            return self.timer.time_call(lambda: fn(**inputs))
         fn(**inputs)
         return None
 
-    flush_s = 0.0
-    if flush_bytes:
-        timer.flush()
+    def flush_seconds(self, dev: str) -> float:
+        """One flush's time (it bounds the timed loop with the calls)."""
+        self.timer.flush()
         devices.synchronize(dev)
         t0 = time.perf_counter_ns()
-        timer.flush()
+        self.timer.flush()
         devices.synchronize(dev)
-        flush_s = (time.perf_counter_ns() - t0) * 1e-9
-    samples: dict[str, list[float]] = {n: [] for n in fns}
+        return (time.perf_counter_ns() - t0) * 1e-9
+
+
+def _warm_up(
+    caller: _Rotation,
+    results: dict[str, BenchResult],
+    warmup: int,
+    flush_s: float,
+    reps: int,
+    min_time_s: float,
+    max_reps: int,
+) -> dict[str, int]:
+    """Warm-up, and each candidate's number of timed calls from an estimate of one call's
+    time (the last warm-up calls). A candidate that raises is dropped with its error."""
     targets: dict[str, int] = {}
-    with torch.no_grad():
-        # Warm-up, and an estimate of one call's time from the last warm-up calls.
-        for n in list(fns):
+    for n in list(caller.fns):
+        try:
+            for _ in range(warmup):
+                caller.call(n, timed=False)
+            est = []
+            for _ in range(2):
+                t = caller.call(n, timed=True)
+                est.extend([t] if t is not None else caller.timer.collect())
+        except Exception as exc:
+            results[n].error = _error_text(exc)
+            caller.timer.discard()
+            del caller.fns[n]
+            continue
+        # min_time_s bounds the loop's wall time, flushes included: a tiny call
+        # after a 100 MiB flush must not run max_reps times for 1 ms of timing.
+        per_rep = max(min(est), 1e-7) + flush_s
+        targets[n] = min(max_reps, max(reps, math.ceil(min_time_s / per_rep)))
+    return targets
+
+
+def _timed_rounds(
+    caller: _Rotation, names: list[str], targets: dict[str, int], results: dict
+) -> dict[str, list[float]]:
+    """Interleaved timed calls, the candidates' order rotated every round."""
+    fns = caller.fns
+    samples: dict[str, list[float]] = {n: [] for n in fns}
+    order = [n for n in names if n in fns]
+    rounds = max(targets.values(), default=0)
+    for i in range(rounds):
+        k = i % len(order) if order else 0
+        for n in order[k:] + order[:k]:
+            if n not in fns or len(samples[n]) >= targets[n]:
+                continue
             try:
-                for _ in range(warmup):
-                    call(n, timed=False)
-                est = []
-                for _ in range(2):
-                    t = call(n, timed=True)
-                    est.extend([t] if t is not None else timer.collect())
+                t = caller.call(n, timed=True)
+                if t is None:
+                    t = caller.timer.collect()[0]
             except Exception as exc:
                 results[n].error = _error_text(exc)
-                timer.discard()
                 del fns[n]
                 continue
-            # min_time_s bounds the loop's wall time, flushes included: a tiny call
-            # after a 100 MiB flush must not run max_reps times for 1 ms of timing.
-            per_rep = max(min(est), 1e-7) + flush_s
-            targets[n] = min(max_reps, max(reps, math.ceil(min_time_s / per_rep)))
-        # Interleaved timed calls, the candidates' order rotated every round.
-        order = [n for n in names if n in fns]
-        rounds = max(targets.values(), default=0)
-        for i in range(rounds):
-            k = i % len(order) if order else 0
-            for n in order[k:] + order[:k]:
-                if n not in fns or len(samples[n]) >= targets[n]:
-                    continue
-                try:
-                    t = call(n, timed=True)
-                    if t is None:
-                        t = timer.collect()[0]
-                except Exception as exc:
-                    results[n].error = _error_text(exc)
-                    del fns[n]
-                    continue
-                samples[n].append(t)
-    pool.clear()  # free the input sets before the next dtype x shape
+            samples[n].append(t)
+    return samples
 
-    out = []
-    for n in names:
-        r = results[n]
-        ts = sorted(samples.get(n, []))
-        if r.error is None and ts:
-            r.reps = len(ts)
-            r.median_s = quantile(ts, 0.5)
-            r.p10_s = quantile(ts, 0.1)
-            r.p90_s = quantile(ts, 0.9)
-            r.min_s = ts[0]
-            if r.median_s > 0:
-                r.gbps = r.bytes / r.median_s / 1e9
-                if peak:
-                    r.fraction_of_peak = r.bytes / r.median_s / peak
-        elif r.error is None:
-            r.error = "no timed calls"
-        out.append(r)
-    return out
+
+def _summary(r: BenchResult, samples: list[float], peak: float | None) -> BenchResult:
+    """``r`` with its timing statistics (or why there are none)."""
+    ts = sorted(samples)
+    if r.error is None and ts:
+        r.reps = len(ts)
+        r.median_s = quantile(ts, 0.5)
+        r.p10_s = quantile(ts, 0.1)
+        r.p90_s = quantile(ts, 0.9)
+        r.min_s = ts[0]
+        if r.median_s > 0:
+            r.gbps = r.bytes / r.median_s / 1e9
+            if peak:
+                r.fraction_of_peak = r.bytes / r.median_s / peak
+    elif r.error is None:
+        r.error = "no timed calls"
+    return r
 
 
 def _set_ratios(results: list[BenchResult]) -> None:

@@ -13,7 +13,8 @@ Plain torch ops can give a row other bits depending on its batch:
 
 And one of speed: ``exp`` of an argument below about -87 (a softmax term under 1e-38,
 common when logits are offset by 1e4 and rounded to bf16) takes a slow path on x86,
-30-80x slower (:func:`exp_flushed_`).
+30-80x slower (:func:`exp_flushed_`, from :mod:`kernelcheck.flushed_exp`, which the
+float64 gold uses too).
 
 kernelcheck's ``forward_invariance`` and ``backward_invariance`` catch both
 (``tests/candidates/test_honest.py`` shows them, and that the helpers fix them).
@@ -21,13 +22,20 @@ kernelcheck's ``forward_invariance`` and ``backward_invariance`` catch both
 
 from __future__ import annotations
 
-import functools
-import math
-
 import torch
 
+from kernelcheck.flushed_exp import FLUSH_BELOW, exp_flushed_, exp_for
+
+__all__ = [
+    "FLUSH_BELOW",
+    "exp_flushed_",
+    "exp_for",
+    "fixed_lanes",
+    "fixed_order_row_sum",
+    "pairwise_row_sum",
+]
+
 SUM_CHUNK = 1024
-FLUSH_BELOW = -87.0  # exp(-87) = 1.6e-38, above fp32's smallest normal (1.2e-38)
 LANES = 64  # a multiple of every SIMD width torch uses
 CHUNK_ELEMENTS = 32768  # torch's parallel grain: a chunk this size runs on one thread
 
@@ -92,37 +100,3 @@ def fixed_lanes(fn, g: torch.Tensor) -> torch.Tensor:
         buf[:, :n] = part
         out[start : start + step] = fn(buf)[:, :n]
     return out
-
-
-@functools.cache
-def _flushed_at_most(dtype: torch.dtype, below: float) -> float:
-    """exp(below) raised by half the relative step to exp of the next argument up in
-    ``dtype``: above exp(below) by far more than exp's error (a few ulps), below exp of
-    every argument greater than ``below``."""
-    b = torch.tensor(below, dtype=dtype)
-    step = float(torch.nextafter(b, torch.zeros_like(b)) - b)
-    return math.exp(below) * (1 + step / 2)
-
-
-def exp_flushed_(x: torch.Tensor, below: float = FLUSH_BELOW) -> torch.Tensor:
-    """``x.exp_()`` with the results of arguments at or below ``below`` flushed to +0.
-
-    Subnormal and underflowing results of ``exp`` take a slow path here (measured: 0.2 ms
-    for 1M arguments at -80, 15.6 ms at -95, 6.4 ms at -128). A softmax term under 2e-38
-    cannot change an fp32 sum that holds the row max's term (exactly 1), so flushing it
-    keeps the log-sum; a gradient element there becomes 0 instead of a subnormal. Three
-    passes and no mask: arguments are clamped to ``below`` (exp of the clamped ones is
-    then exp(below), a normal number: 1.65e-38 at the default -87), and results no larger
-    than just above it become 0; NaN stays NaN. Per element, so a row's bits never depend
-    on its batch. (logp's float64 gold floors its softmax the same way, at -600.)
-    """
-    at_most = _flushed_at_most(x.dtype, below)
-    return torch.nn.functional.threshold_(x.clamp_(min=below).exp_(), at_most, 0.0)
-
-
-def exp_for(dtype: torch.dtype):
-    """The in-place exp for logits of ``dtype``: :func:`exp_flushed_` for bf16/fp16, whose
-    rows offset by 1e4 are multiples of 64 apart (most terms on exp's slow path); plain
-    for fp32, where the flush's extra passes cost more than they save. A choice by dtype,
-    never by batch."""
-    return torch.Tensor.exp_ if dtype == torch.float32 else exp_flushed_

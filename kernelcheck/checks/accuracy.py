@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from kernelcheck.cases.inputs import parts_of, row_distribution
-from kernelcheck.checks.base import Check, Outcome, Trial, flat_rows, fmt_index
+from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import ErrorProfile, ErrorStats, merge_stats
+from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.rows import flat_rows, fmt_index
+from kernelcheck.checks.trial import Trial
 
 
 class _ToleranceCheck(Check):

@@ -54,7 +54,8 @@ import torch
 
 from kernelcheck import gold
 from kernelcheck.cases.inputs import parts_of
-from kernelcheck.checks.base import Check, Outcome, Trial, differentiable_call, fmt_index
+from kernelcheck.checks.check import Check
+from kernelcheck.checks.differentiable import differentiable_call
 from kernelcheck.checks.metrics import (
     picked_entries,
     row_scale,
@@ -63,6 +64,9 @@ from kernelcheck.checks.metrics import (
     split_row_sums,
     worst_relative,
 )
+from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.rows import fmt_index
+from kernelcheck.checks.trial import Trial
 
 FP32_ULP_OF_ONE = 2.0**-23  # the floor's unit: an fp32 ulp, relative
 # per gradient input, per class: one float64 number per row (a shared input: one row)

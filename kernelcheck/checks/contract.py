@@ -12,9 +12,12 @@ import math
 
 import torch
 
-from kernelcheck.checks.base import CandidateFault, Check, Outcome, Trial, WrongOutput, flat_rows
+from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import bits, first_bit_difference
-from kernelcheck.spec.load import eval_dim_expr
+from kernelcheck.checks.outcome import CandidateFault, Outcome, WrongOutput
+from kernelcheck.checks.rows import flat_rows
+from kernelcheck.checks.trial import Trial
+from kernelcheck.spec.model import eval_dim_expr
 
 
 def plant_out_of_range(ctx, inputs: dict) -> tuple[list[int], list[int]]:

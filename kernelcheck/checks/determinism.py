@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import torch
 
-from kernelcheck.checks.base import Check, Outcome, Trial, fmt_index, torch_threads
+from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import bits, first_bit_difference, row_digests
+from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.rows import fmt_index
+from kernelcheck.checks.threads import torch_threads
+from kernelcheck.checks.trial import Trial
 
 
 class Determinism(Check):

@@ -24,6 +24,9 @@ FILENAME = "libkc_metrics_cpu.so"
 ABI_VERSION = 1
 MIN_ELEMENTS = 1 << 16  # smaller chunks stay with torch: a thread start costs more there
 FORCE_TORCH_ENV = "KERNELCHECK_TORCH_METRICS"
+# the log2 ULP-step histogram's buckets, as the library fills them (metrics reads the same):
+# [0] exact, [k] 2^(k-1) to 2^k - 1 steps (k = 1..32), [33] NaN/Inf
+ULP_BUCKETS = 34
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _NOT_LOADED = object()
 _lib = _NOT_LOADED
@@ -105,7 +108,7 @@ def _threads() -> int:
 class RowErrors:
     """One chunk's comparison: per-row ``[max_abs, sum_abs, max_rel, gold_absmax]`` (float64)
     and ``[n_bad, first_bad_column, max_steps]`` (int64), per-column max ``|err|`` and the
-    log2 ULP-step counts (``metrics.ULP_BUCKETS``, NaN/Inf bucket empty)."""
+    log2 ULP-step counts (``ULP_BUCKETS``, NaN/Inf bucket empty)."""
 
     rows: torch.Tensor
     counts: torch.Tensor
@@ -129,8 +132,6 @@ def compare_rows(cand: torch.Tensor, gold: torch.Tensor, atol: float, rtol: floa
         return None
     c, g = cand.contiguous(), gold.contiguous()
     rows, cols = c.shape
-    from kernelcheck.checks.metrics import ULP_BUCKETS
-
     out = RowErrors(
         torch.empty(rows, 4, dtype=torch.float64),
         torch.empty(rows, 3, dtype=torch.int64),

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 
-from kernelcheck.checks.base import CandidateFault, Check, Outcome, Trial, flat_rows
+from kernelcheck.checks.check import Check
 from kernelcheck.checks.contract import plant_out_of_range
 from kernelcheck.checks.metrics import integrity_problems
+from kernelcheck.checks.outcome import CandidateFault, Outcome
+from kernelcheck.checks.rows import flat_rows
+from kernelcheck.checks.trial import Trial
 
 
 class Integrity(Check):

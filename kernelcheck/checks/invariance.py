@@ -36,8 +36,11 @@ import torch
 
 from kernelcheck import dtypes
 from kernelcheck.cases.inputs import row_distribution
-from kernelcheck.checks.base import Check, Outcome, Trial, torch_threads
+from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import first_bit_difference, row_digests
+from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.threads import torch_threads
+from kernelcheck.checks.trial import Trial
 
 POOL_BYTES = 1 << 30  # the compared rows' inputs at most ~1 GiB: R shrinks only for huge rows
 ODD_SIZES = (3, 5, 7)  # always among the small batches

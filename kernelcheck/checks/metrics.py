@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from kernelcheck.checks import fastpath
+from kernelcheck.checks.fastpath import ULP_BUCKETS
 
 _INT_VIEW = {
     torch.float32: torch.int32,
@@ -143,7 +144,6 @@ def max_ulp_distance(candidate: torch.Tensor, gold: torch.Tensor, steps=None) ->
     return max(exact, int(dist.masked_fill(wrapped, 0).max()))
 
 
-ULP_BUCKETS = 34  # [0] exact, [k] 2^(k-1) to 2^k - 1 steps (k = 1..32), [33] NaN/Inf
 NONFINITE_BUCKET = ULP_BUCKETS - 1
 _EXPONENT_BIAS = 1022  # a double's biased exponent of an integer d >= 1 is 1022 + bit length
 _EXPONENT_BIAS_32 = 126  # a float32's: 126 + bit length

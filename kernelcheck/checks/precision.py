@@ -19,9 +19,12 @@ from __future__ import annotations
 import torch
 
 from kernelcheck.cases.inputs import parts_of
-from kernelcheck.checks.base import Check, Outcome, Trial, flat_rows, fmt_index
+from kernelcheck.checks.check import Check
 from kernelcheck.checks.diagnose import Evidence, gather, likely_cause
 from kernelcheck.checks.metrics import ErrorStats, fp32_ulp, sig3
+from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.rows import flat_rows, fmt_index
+from kernelcheck.checks.trial import Trial
 
 
 class ForwardPrecision(Check):

@@ -29,9 +29,12 @@ from dataclasses import replace
 
 from kernelcheck.cases.grid import Case
 from kernelcheck.cases.inputs import MIX, parts_of
-from kernelcheck.cases.shared import SharedTrials
+from kernelcheck.cases.trial_store import SharedTrials
 from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
-from kernelcheck.checks.base import CaseContext, Check, Outcome, Trial
+from kernelcheck.checks.check import Check
+from kernelcheck.checks.context import CaseContext
+from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import OpSpec
 
 SWEEP_BASE = 256

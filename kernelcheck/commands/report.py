@@ -14,8 +14,7 @@ import typer
 
 from kernelcheck.commands.common import fail
 from kernelcheck.commands.options import BaselineFactorOpt, check_baseline_factor
-from kernelcheck.compare import read_report
-from kernelcheck.compare.reports import DEFAULT_FACTOR
+from kernelcheck.compare import DEFAULT_FACTOR, read_report
 from kernelcheck.errors import EXIT_OK, UsageError
 
 

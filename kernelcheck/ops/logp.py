@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kernelcheck.candidates.honest import exp_flushed_, exp_for
+from kernelcheck.flushed_exp import exp_flushed_, exp_for
 
 
 def _tempered(logits: torch.Tensor, temperature: float) -> torch.Tensor:

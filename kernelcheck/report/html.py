@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kernelcheck.compare import Diff, result_key
-from kernelcheck.compare.reports import diff_headline, disappeared_lines, fingerprint
+from kernelcheck.compare.identity import fingerprint
+from kernelcheck.compare.rendering import diff_headline, disappeared_lines
 from kernelcheck.report import plots
 from kernelcheck.results import FAILING, CheckResult
 

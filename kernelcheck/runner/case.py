@@ -19,9 +19,9 @@ from kernelcheck import candidates
 from kernelcheck.candidates.devices import torch_device
 from kernelcheck.cases.grid import Case, rows
 from kernelcheck.cases.inputs import MIX
-from kernelcheck.cases.shared import SharedTrials
-from kernelcheck.checks import CHECKS, CandidateFault, CaseContext, Outcome, Trial
-from kernelcheck.checks.base import no_progress
+from kernelcheck.cases.trial_store import SharedTrials
+from kernelcheck.checks import CHECKS, CandidateFault, CaseContext, Check, Outcome, Trial
+from kernelcheck.checks.context import no_progress
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.imports import ImportPathError, resolve
@@ -166,14 +166,7 @@ def run_case(
         with_attributes(f, attrs) for f in (gold_fn, reference_fn, gold_backward_fn)
     )
 
-    grad, grad_reason = options.check_grad, ""
-    if not options.check_grad:
-        grad_reason = "backward checks are off (--no-check-grad)"
-    elif not cand.backward:
-        grad, grad_reason = False, f"candidate {cand.name} declares backward = false"
-    elif not op.grad_inputs:
-        grad, grad_reason = False, f"op {op.name} declares no backward inputs"
-
+    grad, grad_reason = _grad_switch(op, cand, options)
     ctx = CaseContext(
         op=op,
         case=case,
@@ -188,7 +181,7 @@ def run_case(
         gold_backward_fn=gold_backward_fn,
         shared=SharedTrials(options.shared_dir, options.shared_budget),
     )
-    active: dict[str, object] = {}
+    active: dict[str, Check] = {}
     for name in case.checks:
         conf = op.checks.get(name)
         params = {**(conf.params if conf else {}), **options.check_params.get(name, {})}
@@ -198,68 +191,7 @@ def run_case(
             yield result(name, Outcome("skip", reason))
         else:
             active[name] = check
-
-    trials = [Trial(ctx, s, d) for d in trial_distributions(op, case) for s in case.seeds]
-    wanted = {name: set(map(id, c.trials_wanted(trials))) for name, c in active.items()}
-    for trial in trials:  # integrity reads the inputs after the trial's own calls
-        trial.watch = id(trial) in wanted.get("integrity", ())
-        for part in Trial.PARTS:
-            trial.readers[part] = {
-                n for n, c in active.items() if id(trial) in wanted[n] and part in c.uses
-            }
-    spent = dict.fromkeys(active, 0.0)
-    broken: dict[str, Outcome] = {}
-    # observed in case order, except that checks drawing inputs of their own (invariance
-    # pools, other shapes) come last, those reading the gradient first among them, and
-    # before them those reading none of the trial's results (integrity): a trial's
-    # Qwen3-sized gradient is freed before an invariance pool is drawn beside it; and once
-    # the checks left to observe a trial need small inputs only, the trial lets go of its
-    # inputs when the store can map them again (a reader that does need them maps them back)
-    observe_order = sorted(
-        active.items(),
-        key=lambda item: (
-            item[1].draws_own,
-            item[1].draws_own and "grads" not in item[1].uses,
-            not item[1].uses,
-        ),
-    )
-    for trial in trials:
-        last_full = max(
-            (
-                k
-                for k, (name, check) in enumerate(observe_order)
-                if not check.small_inputs and id(trial) in wanted[name]
-            ),
-            default=-1,
-        )
-        for k, (name, check) in enumerate(observe_order):
-            if name in broken or id(trial) not in wanted[name]:
-                trial.finished(name)
-                continue
-            if k > last_full:
-                trial.unmap_inputs()
-            t0 = time.perf_counter()
-            progress(name, f"seed {trial.seed}")
-            try:
-                with clock.phase("checks"):
-                    check.observe(trial)
-            except CandidateFault as exc:
-                broken[name] = Outcome(
-                    "error",
-                    f"{exc} [seed {trial.seed}, {trial.distribution}]",
-                    seed=trial.seed,
-                    distribution=trial.distribution,
-                )
-            except Exception as exc:  # a bug in a check is reported, not raised
-                broken[name] = Outcome(
-                    "error",
-                    f"internal error in check {name}: {type(exc).__name__}: {exc}",
-                    seed=trial.seed,
-                    distribution=trial.distribution,
-                )
-            trial.finished(name)
-            spent[name] += time.perf_counter() - t0
-        trial.release()  # free this trial's tensors before drawing the next
+    broken, spent = _observe_trials(ctx, active)
     for name, check in active.items():
         if name in broken:
             yield result(name, broken[name], spent[name])
@@ -272,3 +204,89 @@ def run_case(
                 "error", f"internal error in check {name}: {type(exc).__name__}: {exc}"
             )
         yield result(name, outcome, spent[name])
+
+
+def _grad_switch(op: OpSpec, cand, options: RunOptions) -> tuple[bool, str]:
+    """Whether the backward checks run, and why not."""
+    if not options.check_grad:
+        return False, "backward checks are off (--no-check-grad)"
+    if not cand.backward:
+        return False, f"candidate {cand.name} declares backward = false"
+    if not op.grad_inputs:
+        return False, f"op {op.name} declares no backward inputs"
+    return True, ""
+
+
+def _observe_order(active: dict[str, Check]) -> list[tuple[str, Check]]:
+    """Case order, except that checks drawing inputs of their own (invariance pools, other
+    shapes) come last, those reading the gradient first among them, and before them those
+    reading none of the trial's results (integrity): a trial's Qwen3-sized gradient is
+    freed before an invariance pool is drawn beside it."""
+    return sorted(
+        active.items(),
+        key=lambda item: (
+            item[1].draws_own,
+            item[1].draws_own and "grads" not in item[1].uses,
+            not item[1].uses,
+        ),
+    )
+
+
+def _observe_trials(
+    ctx: CaseContext, active: dict[str, Check]
+) -> tuple[dict[str, Outcome], dict[str, float]]:
+    """Every active check observes its trials, one trial at a time (each released before
+    the next is drawn): the checks broken on the way, and each check's seconds."""
+    case = ctx.case
+    trials = [Trial(ctx, s, d) for d in trial_distributions(ctx.op, case) for s in case.seeds]
+    wanted = {name: set(map(id, c.trials_wanted(trials))) for name, c in active.items()}
+    for trial in trials:  # integrity reads the inputs after the trial's own calls
+        trial.watch = id(trial) in wanted.get("integrity", ())
+        for part in Trial.PARTS:
+            trial.readers[part] = {
+                n for n, c in active.items() if id(trial) in wanted[n] and part in c.uses
+            }
+    spent = dict.fromkeys(active, 0.0)
+    broken: dict[str, Outcome] = {}
+    order = _observe_order(active)
+    for trial in trials:
+        # once the checks left to observe a trial need small inputs only, the trial lets
+        # go of its inputs when the store can map them again (a reader that does need
+        # them maps them back)
+        last_full = max(
+            (
+                k
+                for k, (name, check) in enumerate(order)
+                if not check.small_inputs and id(trial) in wanted[name]
+            ),
+            default=-1,
+        )
+        for k, (name, check) in enumerate(order):
+            if name in broken or id(trial) not in wanted[name]:
+                trial.finished(name)
+                continue
+            if k > last_full:
+                trial.unmap_inputs()
+            t0 = time.perf_counter()
+            ctx.progress(name, f"seed {trial.seed}")
+            fault = _observe(check, trial, ctx.clock)
+            if fault is not None:
+                broken[name] = fault
+            trial.finished(name)
+            spent[name] += time.perf_counter() - t0
+        trial.release()  # free this trial's tensors before drawing the next
+    return broken, spent
+
+
+def _observe(check: Check, trial: Trial, clock: PhaseClock) -> Outcome | None:
+    """``check`` observes ``trial``; the error outcome that ends the check, if any."""
+    where = dict(seed=trial.seed, distribution=trial.distribution)
+    try:
+        with clock.phase("checks"):
+            check.observe(trial)
+    except CandidateFault as exc:
+        return Outcome("error", f"{exc} [seed {trial.seed}, {trial.distribution}]", **where)
+    except Exception as exc:  # a bug in a check is reported, not raised
+        why = f"internal error in check {check.name}: {type(exc).__name__}: {exc}"
+        return Outcome("error", why, **where)
+    return None

@@ -29,12 +29,12 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 
 from kernelcheck.cases.grid import Case
-from kernelcheck.checks.base import Outcome
+from kernelcheck.checks.outcome import Outcome
 from kernelcheck.results import CheckResult
-from kernelcheck.runner.allocator import worker_environment
 from kernelcheck.runner.case import RunOptions, make_result, run_case
 from kernelcheck.runner.poison import poisoned_fresh_memory
 from kernelcheck.runner.worker import FRESH, Channel
+from kernelcheck.runner.worker_environment import worker_environment
 from kernelcheck.spec.model import OpSpec
 from kernelcheck.timing import PHASES, PhaseClock, add_phases
 

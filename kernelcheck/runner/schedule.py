@@ -1,7 +1,7 @@
 """Run a plan's cases one by one, or side by side where that changes nothing but time.
 
 The candidates of one group (dtype, shape, attributes) share the group's trials
-(``cases/shared.py``): the first case of the group to run computes and stores them,
+(``cases/trial_store.py``): the first case of the group to run computes and stores them,
 the next ones read them. Isolated cases run in worker processes, so up to one case per
 core can run at the same time, each in a worker of its candidate (a candidate gets a
 second worker when its cases are the ones left):
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kernelcheck.cases import shared
+from kernelcheck.cases import run_folder
 from kernelcheck.cases.grid import Case
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.case import RunOptions
@@ -113,7 +113,7 @@ class Schedule:
         g = group_of(self.cases[i])
         if g not in self.sharing:
             return self.options
-        path = shared.group_folder(self.folder, self.keys[g])
+        path = run_folder.group_folder(self.folder, self.keys[g])
         path.mkdir(exist_ok=True)
         last = all(j in self.done for j in self.members[g] if j != i)
         return replace(self.options, shared_dir=str(path), shared_budget=0 if last else self.budget)
@@ -124,7 +124,7 @@ class Schedule:
         self.todo[self.cases[i].candidate].remove(i)
         g = group_of(self.cases[i])
         if g in self.sharing and all(j in self.done for j in self.members[g]):
-            shared.remove(shared.group_folder(self.folder, self.keys[g]))
+            run_folder.remove(run_folder.group_folder(self.folder, self.keys[g]))
 
     def run(self) -> Iterator[tuple[int, Case, CheckResult | None]]:
         if self.jobs == 1:

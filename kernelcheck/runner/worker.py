@@ -87,7 +87,7 @@ def main() -> None:
 
     import torch  # noqa: F401 - imported before "ready": start-up is not case time
 
-    from kernelcheck.runner.allocator import keep_chunks_in_heap
+    from kernelcheck.runner.malloc_tuning import keep_chunks_in_heap
     from kernelcheck.runner.poison import poison_cpu_allocations
 
     keep_chunks_in_heap()

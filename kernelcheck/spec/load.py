@@ -19,6 +19,7 @@ import tomllib
 from kernelcheck import dtypes
 from kernelcheck.errors import SpecError
 from kernelcheck.spec.model import (
+    DIM_EXPR,
     VALUE_KINDS,
     CandidateSpec,
     CheckConfig,
@@ -37,7 +38,6 @@ from kernelcheck.spec.model import (
 
 DEVICES = ("cpu", "cuda", "npu")
 _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-_DIM_EXPR = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:([+-])\s*(\d+))?\s*$")
 
 _OP_KEYS = {
     "op",
@@ -301,7 +301,7 @@ def _parse_must_raise(t, path: Path, inputs) -> RaiseRule | None:
         or not values
         or not all(
             (isinstance(v, int) and not isinstance(v, bool))
-            or (isinstance(v, str) and _DIM_EXPR.match(v))
+            or (isinstance(v, str) and DIM_EXPR.match(v))
             for v in values
         )
     ):
@@ -553,7 +553,7 @@ def _parse_out_of_range(
             path, f"{key}.values", "expected a non-empty list of ints or 'dim+N' strings"
         )
     for v in values:
-        if isinstance(v, str) and not _DIM_EXPR.match(v):
+        if isinstance(v, str) and not DIM_EXPR.match(v):
             raise SpecError(path, f"{key}.values", f"expected an int or 'dim+N', got {v!r}")
         if not isinstance(v, (int, str)) or isinstance(v, bool):
             raise SpecError(path, f"{key}.values", f"expected an int or 'dim+N', got {v!r}")
@@ -572,19 +572,6 @@ def _parse_out_of_range(
             path, f"{key}.outputs", "expected at least one output (leave it out for every output)"
         )
     return OutOfRangeRule(name, tuple(values), output, **scope)
-
-
-def eval_dim_expr(value: str | int, shape: dict[str, int]) -> int:
-    """``"vocab+7"`` -> shape['vocab'] + 7. A tiny grammar, never ``eval``."""
-    if isinstance(value, int):
-        return value
-    m = _DIM_EXPR.match(value)
-    if not m or m.group(1) not in shape:
-        raise ValueError(f"cannot evaluate {value!r} for shape {shape}")
-    base = shape[m.group(1)]
-    if m.group(2):
-        base += int(m.group(3)) * (1 if m.group(2) == "+" else -1)
-    return base
 
 
 def tolerance_tables() -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -358,3 +359,20 @@ class OpSpec:
         if name is not None and f"{name}:{dtype}" in table:
             return table[f"{name}:{dtype}"]
         return table.get(dtype)
+
+
+# a size in a spec: a dim name, optionally plus or minus a constant ("vocab+7")
+DIM_EXPR = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:([+-])\s*(\d+))?\s*$")
+
+
+def eval_dim_expr(value: str | int, shape: dict[str, int]) -> int:
+    """``"vocab+7"`` -> shape['vocab'] + 7. A tiny grammar, never ``eval``."""
+    if isinstance(value, int):
+        return value
+    m = DIM_EXPR.match(value)
+    if not m or m.group(1) not in shape:
+        raise ValueError(f"cannot evaluate {value!r} for shape {shape}")
+    base = shape[m.group(1)]
+    if m.group(2):
+        base += int(m.group(3)) * (1 if m.group(2) == "+" else -1)
+    return base

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from kernelcheck import api
-from kernelcheck.checks.base import Trial
 from kernelcheck.checks.metrics import (
     picked_entries,
     row_scale,
@@ -19,6 +18,7 @@ from kernelcheck.checks.metrics import (
     scaled_abs_error,
     split_row_sums,
 )
+from kernelcheck.checks.trial import Trial
 from tests.conftest import SMALL, with_candidate
 
 CHECK = "backward_precision"

@@ -66,7 +66,7 @@ def test_the_big_batch_stays_within_its_byte_budget(catalog, dtype, itemsize):
     elements, past 256 MiB of fp32 (a common switch point); at a small vocab it holds
     4,096."""
     from kernelcheck.cases.grid import Case
-    from kernelcheck.checks.base import CaseContext
+    from kernelcheck.checks.context import CaseContext
     from kernelcheck.checks.invariance import ForwardInvariance
 
     def rows_at(vocab: int) -> int:

@@ -23,9 +23,9 @@ from kernelcheck.compare import diff, result_key  # noqa: E402
 from kernelcheck.report.html import to_html  # noqa: E402
 from kernelcheck.results import FAILING  # noqa: E402
 from kernelcheck.spec import load_catalog  # noqa: E402
+from tests.commands.test_compare import schema_1  # noqa: E402
 from tests.conftest import FIXTURES, REPO_ROOT  # noqa: E402
 from tests.report import browser  # noqa: E402
-from tests.test_compare import schema_1  # noqa: E402
 
 # Each planted bug shows in some plot: a batch-dependent sum (every accuracy plot and both
 # invariance grids), a bias (ULP histogram), bf16 accumulation (precision against the

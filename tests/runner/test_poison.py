@@ -17,7 +17,7 @@ import torch
 
 from kernelcheck import api
 from kernelcheck.runner import poison
-from kernelcheck.runner.allocator import NO_KEEP_LARGE_ENV, keeper_status
+from kernelcheck.runner.keeper import NO_KEEP_LARGE_ENV, keeper_status
 from tests.conftest import with_candidate
 from tests.fixtures.memory_bugs import WORKSPACE_C, WORKSPACE_LIB_ENV
 

@@ -3,7 +3,7 @@ computed once, large cases alone, nothing obtained lost on an interrupt.
 
 A stand-in executor (no kernels: it sleeps, logs, and writes and reads a trial file in
 its group's folder) stands for the isolated workers, so these tests see the schedule's
-decisions alone; tests/test_shared_trials.py counts the gold calls of real isolated
+decisions alone; tests/cases/test_trial_store.py counts the gold calls of real isolated
 workers under this schedule.
 """
 

@@ -1,4 +1,4 @@
-"""Stage 2c: trials computed once and shared by every candidate of a run.
+"""The trial store: trials computed once and shared by every candidate of a run.
 
 A trial's inputs, its float64 gold and its fp32 reference depend only on (op, dtype,
 shape, seed, distribution), not on the candidate. The first candidate to need them
@@ -6,13 +6,14 @@ computes them and stores them as files in a shared-memory folder (``/dev/shm``) 
 the run owns; the next candidates, each in its own isolated worker, map those files
 instead of drawing and computing again: no copy, no pickle through a pipe. Each group
 (one dtype and shape) has a folder of its own in the run's, removed once the group's
-last case is done (``runner/schedule.py``); all of them together stay within
-``budget_bytes``.
+last case is done (``runner/schedule.py``, ``cases/run_folder.py``); all of them together
+stay within ``budget_bytes``.
 
 A stored part is one raw file per tensor (its bytes, C order) and a small JSON manifest
 of the part's structure, written last and atomically: a reader sees the whole part or
 none. Readers map each file privately (``torch.from_file(shared=False)``: a write copies
-the page, and the copy is counted, see :func:`unwritten`). The inputs are drawn straight
+the page, and the copy is counted, see
+:func:`kernelcheck.smaps.unwritten`). The inputs are drawn straight
 into their files (:meth:`SharedTrials.allocator`): at the Qwen3 shape that saves a
 2.4 GB copy and as much fresh memory per dtype.
 """
@@ -24,48 +25,12 @@ import json
 import math
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-DEFAULT_BUDGET = 12 * 2**30  # at most this much of shared memory, and at most half its room
-
-
-def make_run_folder() -> Path | None:
-    """A private folder in ``/dev/shm`` for this run's shared trials (None: no sharing)."""
-    shm = Path("/dev/shm")
-    if not shm.is_dir() or not os.access(shm, os.W_OK):
-        return None
-    _remove_orphans(shm)
-    return Path(tempfile.mkdtemp(prefix=f"kernelcheck-{os.getpid()}-", dir=shm))
-
-
-def _remove_orphans(shm: Path) -> None:
-    """Folders of runs that died without cleaning up (a second Ctrl-C exits at once)."""
-    for folder in shm.glob("kernelcheck-*-*"):
-        try:
-            pid = int(folder.name.split("-")[1])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(folder, ignore_errors=True)
-        except (ValueError, PermissionError, OSError):
-            continue
-
-
-GROUP_PREFIX = "group-"
-
-
-def group_folder(run_folder: Path, index: int) -> Path:
-    """Where one group's trials are stored, removed once its last case is done."""
-    return run_folder / f"{GROUP_PREFIX}{index}"
-
-
-def budget_for(folder: Path) -> int:
-    free = shutil.disk_usage(folder).free
-    return min(DEFAULT_BUDGET, free // 2)
+from kernelcheck.cases.run_folder import DEFAULT_BUDGET, GROUP_PREFIX
 
 
 def trial_key(
@@ -270,11 +235,6 @@ def _decode(layout: dict, folder: Path):
     return layout["value"]
 
 
-def remove(folder: Path | None) -> None:
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def _stored_bytes(root: Path) -> int:
     """Bytes of every stored part under ``root`` (a part removed meanwhile counts 0)."""
     total = 0
@@ -294,44 +254,3 @@ def _nbytes(value) -> int:
     if isinstance(value, (list, tuple)):
         return sum(_nbytes(v) for v in value)
     return 0
-
-
-def unwritten(tensors) -> bool:
-    """True when every tensor lies in a private file mapping (a shared part, as
-    :meth:`SharedTrials.get` maps it) of which no page was ever written.
-
-    A write to a private file mapping first copies the page, and the kernel counts the
-    copies as the mapping's ``Anonymous`` memory (``Swap`` once swapped out;
-    ``/proc/self/smaps``): zero in both means every byte is still the file's. False when
-    that cannot be told (a tensor not mapped from a file, no ``/proc``): callers then
-    compare digests. A write through the file itself (another mapping of it, ``pwrite``)
-    is not a copy and is not seen: the run's folder is private, and no kernel under test
-    is given its path.
-    """
-    spans = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in tensors]
-    if not spans:
-        return False
-    try:
-        with open("/proc/self/smaps") as f:
-            text = f.read()
-    except OSError:
-        return False
-    found = dict.fromkeys(range(len(spans)), False)
-    inside = []  # span indices in the mapping being read
-    for line in text.splitlines():
-        head = line.split(maxsplit=5)
-        if "-" in head[0] and len(head) >= 5 and head[0][0] in "0123456789abcdef":
-            lo, hi = (int(v, 16) for v in head[0].split("-"))
-            private_file = len(head) == 6 and head[1].endswith("p") and head[5].startswith("/")
-            inside = [i for i, (p, n) in enumerate(spans) if lo <= p and p + n <= hi]
-            inside = inside if private_file else []
-            for i in inside:
-                found[i] = None  # mapped from a file; clean until Anonymous says otherwise
-        elif inside and head[0] == "Anonymous:":
-            for i in inside:
-                found[i] = head[1] == "0"
-        elif inside and head[0] == "Swap:":  # a copied page swapped out counts here
-            for i in inside:
-                found[i] = found[i] is True and head[1] == "0"
-            inside = []
-    return all(v is True for v in found.values())

@@ -1,4 +1,5 @@
-"""Trials are computed once and shared by every candidate of a run (kernelcheck/cases/shared.py)."""
+"""Trials are computed once and shared by every candidate of a run
+(kernelcheck/cases/trial_store.py)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def test_two_candidates_share_one_gold_computation(tmp_path, monkeypatch, isolat
 def test_shared_trial_parts_round_trip_and_respect_the_budget(tmp_path):
     import torch
 
-    from kernelcheck.cases.shared import SharedTrials
+    from kernelcheck.cases.trial_store import SharedTrials
 
     store = SharedTrials(tmp_path, budget_bytes=1000)
     small = {"x": torch.arange(10, dtype=torch.float32)}
@@ -45,39 +46,20 @@ def test_shared_trial_parts_round_trip_and_respect_the_budget(tmp_path):
 
 def test_without_a_shared_folder_each_candidate_computes_its_own_gold(tmp_path, monkeypatch):
     """The negative control of the count above: the sharing is what saves the calls."""
-    from kernelcheck.cases import shared
+    from kernelcheck.cases import run_folder
 
     count = tmp_path / "gold_calls.txt"
     monkeypatch.setenv("KC_GOLD_COUNT_FILE", str(count))
-    monkeypatch.setattr(shared, "make_run_folder", lambda: None)
+    monkeypatch.setattr(run_folder, "make_run_folder", lambda: None)
     catalog = load_catalog([SPECS / "counted.toml"])
     api.run(catalog, "counted", device="cpu", check_names=["forward_accuracy"], isolate=False)
     assert len(count.read_text().splitlines()) == 4
 
 
-def test_a_dead_runs_folder_is_removed_by_the_next_run(tmp_path):
-    import subprocess
-    import sys
-
-    from kernelcheck.cases import shared
-
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
-    orphan = shared.Path("/dev/shm") / f"kernelcheck-{dead}-test"
-    if not shared.Path("/dev/shm").is_dir():
-        pytest.skip("no /dev/shm here")
-    orphan.mkdir()
-    mine = shared.make_run_folder()
-    try:
-        assert not orphan.exists() and mine is not None and mine.is_dir()
-    finally:
-        shared.remove(mine)
-
-
 def test_a_failed_store_only_means_not_shared(tmp_path, monkeypatch):
     import torch
 
-    from kernelcheck.cases import shared
+    from kernelcheck.cases import trial_store
 
     calls = []
 
@@ -87,9 +69,9 @@ def test_a_failed_store_only_means_not_shared(tmp_path, monkeypatch):
             raise RuntimeError("unable to mmap: No space left on device")
         real(path, t)
 
-    real = shared._write
-    monkeypatch.setattr(shared, "_write", full)
-    store = shared.SharedTrials(tmp_path)
+    real = trial_store._write
+    monkeypatch.setattr(trial_store, "_write", full)
+    store = trial_store.SharedTrials(tmp_path)
     store.put("k", "inputs", {"x": torch.zeros(3), "y": torch.ones(2)})  # no exception
     assert len(calls) == 2
     assert store.get("k", "inputs") is None and not list(tmp_path.iterdir())
@@ -97,16 +79,18 @@ def test_a_failed_store_only_means_not_shared(tmp_path, monkeypatch):
 
 def test_a_run_with_one_candidate_per_group_shares_nothing(monkeypatch, tmp_path):
     """Storing trials costs a copy: done only when another candidate of the group reads them."""
-    from kernelcheck.cases import shared
+    from kernelcheck.cases import run_folder
 
     made = []
-    monkeypatch.setattr(shared, "make_run_folder", lambda: made.append(1))
+    monkeypatch.setattr(run_folder, "make_run_folder", lambda: made.append(1))
     api.run(load_catalog(), "logp", candidate_names=["torch"], device="cpu",
             shape={"batch": 2, "vocab": 33}, check_names=["contract"], isolate=False)  # fmt: skip
     assert not made
     import torch
 
-    reader = shared.SharedTrials(tmp_path, budget_bytes=0)  # the last candidate: reads only
+    from kernelcheck.cases.trial_store import SharedTrials
+
+    reader = SharedTrials(tmp_path, budget_bytes=0)  # the last candidate: reads only
     reader.put("k", "inputs", {"x": torch.zeros(3)})
     assert not list(tmp_path.iterdir())
 
@@ -114,7 +98,7 @@ def test_a_run_with_one_candidate_per_group_shares_nothing(monkeypatch, tmp_path
 def test_parts_round_trip_bit_exact_in_their_structure(tmp_path):
     import torch
 
-    from kernelcheck.cases.shared import SharedTrials
+    from kernelcheck.cases.trial_store import SharedTrials
 
     value = {
         "logits": torch.randn(4, 257).to(torch.bfloat16),
@@ -139,7 +123,8 @@ def test_inputs_drawn_in_place_are_stored_without_a_copy(tmp_path):
     a reader maps them privately (a candidate writing its input spoils no other's)."""
     import torch
 
-    from kernelcheck.cases.shared import SharedTrials, unwritten
+    from kernelcheck.cases.trial_store import SharedTrials
+    from kernelcheck.smaps import unwritten
 
     store = SharedTrials(tmp_path, budget_bytes=1 << 30)
     empty = store.allocator("k", "inputs")
@@ -166,96 +151,12 @@ def test_inputs_drawn_in_place_are_stored_without_a_copy(tmp_path):
     assert room.get("k4", "inputs") is None and not list(tmp_path.glob("k4.*"))
 
 
-def test_unwritten_tells_a_clean_mapping_from_a_written_one(tmp_path):
-    """A shared part is mapped privately: the first write to a page copies it, and the
-    kernel counts the copy; a plain tensor is never taken for a clean mapping."""
-    import torch
-
-    from kernelcheck.cases.shared import SharedTrials, unwritten
-
-    store = SharedTrials(tmp_path, budget_bytes=1 << 30)
-    store.put("k", "inputs", {"x": torch.randn(512, 1024), "t": torch.arange(512)})
-    got = store.get("k", "inputs")
-    assert float(got["x"].sum()) == float(got["x"].sum())  # read every page: still clean
-    assert unwritten(got.values())
-    got["x"][300, 7] = 1.5  # one element of one page
-    assert not unwritten(got.values()) and unwritten([store.get("k", "inputs")["t"]])
-    assert not unwritten([torch.randn(512, 1024)]) and not unwritten([])
-
-
-def test_a_shared_input_written_by_one_candidate_fails_integrity_and_spoils_nothing(
-    monkeypatch,
-):
-    """Inputs mapped from the shared file are handed over uncopied (forced here at a small
-    size); the copy-on-write count says whether a call wrote them. The honest candidate's
-    calls need no digests at all; the scribbler's write is caught and counted in rows."""
-    from kernelcheck.checks import base
-    from tests.conftest import with_candidate
-
-    monkeypatch.setattr(base, "IN_PLACE_BYTES", 0)
-    settled = []
-    settle = base.Trial._settle
-
-    def spy(self, before, used, phase):
-        settled.append(self.ctx.case.candidate)
-        return settle(self, before, used, phase)
-
-    monkeypatch.setattr(base.Trial, "_settle", spy)
-    catalog = with_candidate(load_catalog(), "scribbler", "broken_logp:scribbles_on_input")
-    checks = ["forward_accuracy", "determinism", "integrity"]
-    report = api.run(
-        catalog,
-        "logp",
-        candidate_names=["torch", "scribbler"],
-        device="cpu",
-        dtype_names="fp32",
-        check_names=checks,
-        check_grad=False,
-        seeds=[0],
-        isolate=False,
-    )
-    res = {(r.candidate, r.check): r for r in report.results}
-    assert all(res[("torch", c)].status == "pass" for c in checks)
-    assert res[("scribbler", "integrity")].status == "fail"
-    assert "changed input 'logits'" in res[("scribbler", "integrity")].message
-    assert res[("scribbler", "forward_accuracy")].status == "pass"  # judged on its inputs
-    assert "torch" not in settled and "scribbler" in settled
-
-
-def test_a_clean_mapping_is_read_once_per_call(monkeypatch):
-    """The copy-on-write count (a read of /proc/self/smaps, ~50 ms at the Qwen3 shape) is
-    taken after each call on uncopied inputs; before the next call on the same tensors it
-    is already known, so a trial's calls read it once each, plus once before the first."""
-    from kernelcheck.cases.shared import unwritten
-    from kernelcheck.checks import base
-
-    monkeypatch.setattr(base, "IN_PLACE_BYTES", 0)
-    reads, calls, trials = [], [], []
-    monkeypatch.setattr(base, "unwritten", lambda ts: reads.append(1) or unwritten(ts))
-    own_call = base.Trial.own_call
-
-    def spy(self, call, phase=""):
-        calls.append(1)
-        if not self.__dict__.get("_counted"):  # a trial's first call (ids are reused)
-            self.__dict__["_counted"] = True
-            trials.append(1)
-        return own_call(self, call, phase)
-
-    monkeypatch.setattr(base.Trial, "own_call", spy)
-    report = api.run(load_catalog(), "logp", candidate_names=["torch", "cpu"], device="cpu",
-                     dtype_names="fp32", shape={"batch": 4, "vocab": 3000},
-                     check_names=["forward_accuracy", "determinism"], check_grad=False,
-                     seeds=[0], isolate=False, sweeps=False)  # fmt: skip
-    assert {r.status for r in report.results} == {"pass"}
-    assert len(calls) >= 2 * len(trials) and len(reads) == len(calls) + len(trials)
-
-
 def test_two_workers_storing_one_part_keep_the_first_and_no_stray_files(tmp_path):
     """The first writer wins; the second's files go at once (they would hold their room in
     /dev/shm until the group ends), and both read the one stored part."""
     import torch
 
-    from kernelcheck.cases.shared import SharedTrials
+    from kernelcheck.cases.trial_store import SharedTrials
 
     a, b = SharedTrials(tmp_path), SharedTrials(tmp_path)
     x = a.allocator("k", "inputs")((4, 100), torch.float32)
@@ -277,13 +178,13 @@ def test_no_room_in_shared_memory_means_not_shared_never_a_crash(tmp_path, monke
 
     import torch
 
-    from kernelcheck.cases import shared
+    from kernelcheck.cases import trial_store
 
     def full(fd, offset, length):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(shared.os, "posix_fallocate", full)
-    store = shared.SharedTrials(tmp_path)
+    monkeypatch.setattr(trial_store.os, "posix_fallocate", full)
+    store = trial_store.SharedTrials(tmp_path)
     t = store.allocator("k", "inputs")((8, 8), torch.float32)
     assert not list(tmp_path.iterdir())  # an ordinary tensor, no file behind it
     t.fill_(2.0)

@@ -1,57 +1,11 @@
-"""kernelcheck's processes keep chunk-sized temporaries in the heap (runner/allocator.py)."""
+"""The large-block keeper shim (runner/keeper.py, allocator_cpu/keep_large.c)."""
 
 from __future__ import annotations
 
-import platform
 import subprocess
 import sys
 
 import pytest
-
-# 100 chunk-sized results (3.6 MB each, as the gold and the metrics make), each freed
-# by the next: the page faults they cost, in a fresh interpreter
-_SCRIPT = """
-import resource, sys, torch
-if sys.argv[1] == "tuned":
-    from kernelcheck.runner.allocator import keep_chunks_in_heap
-    assert keep_chunks_in_heap()
-x = torch.randn(6, 151936)
-(x * 2).sum()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(50):
-    y = x * 2
-    z = y + 1
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-"""
-
-
-def _faults(mode: str) -> int:
-    out = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, mode], capture_output=True, text=True, check=True
-    )
-    return int(out.stdout.split()[-1])
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="not glibc: no mallopt to tune")
-def test_chunk_temporaries_stop_costing_page_faults():
-    """Without the setting each 3.6 MB result maps fresh pages (~900 faults each); with
-    it they reuse the heap (measured here: 10659 against 772)."""
-    plain, tuned = _faults("plain"), _faults("tuned")
-    assert tuned * 4 < plain, (plain, tuned)
-
-
-def test_the_command_and_its_workers_tune_it_and_the_library_does_not():
-    """A process setting: the `kernelcheck` command and the isolated worker make it; an
-    importer of the library API (a test suite, the pytest plugin) keeps its own malloc."""
-    import inspect
-
-    from kernelcheck import api, cli
-    from kernelcheck.runner import worker
-
-    assert "keep_chunks_in_heap()" in inspect.getsource(cli.entry)
-    assert "keep_chunks_in_heap()" in inspect.getsource(worker.main)
-    assert "keep_chunks_in_heap" not in inspect.getsource(api)
-
 
 # The large-block keeper (allocator_cpu/keep_large.c), preloaded in a fresh interpreter: a
 # freed GB-sized block serves the next request of about its size, every block handed out
@@ -116,7 +70,7 @@ print("ok", first == c.data_ptr())
 
 def _keeper():
     from kernelcheck.candidates.native.library import find_named
-    from kernelcheck.runner.allocator import KEEP_LARGE
+    from kernelcheck.runner.keeper import KEEP_LARGE
 
     return find_named(KEEP_LARGE)[0]
 
@@ -164,46 +118,6 @@ def test_reading_a_freed_large_block_faults_with_or_without_the_keeper(keeper):
         env["LD_PRELOAD"] = str(shim)
     out = subprocess.run([sys.executable, "-c", _UAF_SCRIPT], capture_output=True, env=env)
     assert out.returncode == -signal.SIGSEGV, (out.returncode, out.stdout)
-
-
-def test_workers_get_the_keeper_preloaded_unless_told_not_to(monkeypatch):
-    from kernelcheck.runner.allocator import NO_KEEP_LARGE_ENV, worker_environment
-
-    shim = _keeper()
-    monkeypatch.setenv("LD_PRELOAD", "/some/other.so")
-    monkeypatch.delenv(NO_KEEP_LARGE_ENV, raising=False)
-    env = worker_environment()
-    if shim is None or not sys.platform.startswith("linux"):
-        assert env["LD_PRELOAD"] == "/some/other.so"
-    else:
-        assert env["LD_PRELOAD"] == f"{shim}:/some/other.so"
-    monkeypatch.setenv(NO_KEEP_LARGE_ENV, "1")
-    assert worker_environment()["LD_PRELOAD"] == "/some/other.so"
-
-
-@pytest.mark.parametrize(
-    ("env", "want"),
-    [({}, "10000"), ({"GOMP_SPINCOUNT": "5"}, "5"), ({"OMP_WAIT_POLICY": "PASSIVE"}, None)],
-    ids=["default", "user-spincount", "user-wait-policy"],
-)
-def test_workers_get_a_short_openmp_spin_unless_the_user_set_it(monkeypatch, env, want):
-    """torch's OpenMP threads spin for milliseconds after each region and hold the core
-    kernelcheck's own native threads need next (runner/allocator.py); a user's
-    GOMP_SPINCOUNT or OMP_WAIT_POLICY is left alone, and importing the library sets none."""
-    import os
-
-    from kernelcheck.runner.allocator import worker_environment
-
-    for name in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    assert worker_environment().get("GOMP_SPINCOUNT") == want
-    assert os.environ.get("GOMP_SPINCOUNT") == env.get("GOMP_SPINCOUNT")
-    script = "import os, kernelcheck.api; print(os.environ.get('GOMP_SPINCOUNT', 'unset'))"
-    clean = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
-    out = subprocess.run([sys.executable, "-c", script], env=clean, capture_output=True, text=True)
-    assert out.stdout.split()[-1] == "unset", out.stderr
 
 
 _EARLY_LIB = r"""

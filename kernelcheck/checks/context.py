@@ -1,0 +1,196 @@
+"""What every check sees of its case, and the one way to call the candidate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from kernelcheck import dtypes
+from kernelcheck.cases.grid import Case, lead_shape
+from kernelcheck.cases.inputs import make_inputs, make_upstream
+from kernelcheck.cases.trial_store import SharedTrials, trial_key
+from kernelcheck.checks.outcome import CandidateFault, WrongOutput, candidate_fault
+from kernelcheck.checks.rows import flat_rows
+from kernelcheck.spec.model import OpSpec, Tolerance
+from kernelcheck.timing import PhaseClock
+
+
+def no_progress(check: str | None, probe: str) -> None:
+    """The default progress sink: a run in process that nobody watches."""
+
+
+@dataclass
+class CaseContext:
+    """Everything a check needs about one case, and the one way to call the candidate."""
+
+    op: OpSpec
+    case: Case
+    fn: Callable
+    gold_fn: Callable
+    reference_fn: Callable | None
+    device: torch.device
+    grad: bool  # backward checks requested and the candidate declares a backward
+    grad_reason: str = ""
+    # told (check, probe) before each step, so a crash or a hang is pinned to that step
+    progress: Callable[[str | None, str], None] = no_progress
+    clock: PhaseClock = field(default_factory=PhaseClock)
+    gold_backward_fn: Callable | None = None  # the op's analytic gold gradient, if it has one
+    # trials of every candidate (by default none: not shared)
+    shared: SharedTrials = field(default_factory=lambda: SharedTrials(None))
+    _pools: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return self.case.sizes
+
+    @property
+    def lead(self) -> tuple[int, ...]:
+        return lead_shape(self.op, self.sizes)
+
+    def tolerance(self, judgment: str, name: str | None = None) -> Tolerance | None:
+        return self.op.tolerance(judgment, self.case.dtype, name)
+
+    def draw(
+        self,
+        seed: int,
+        dist: str,
+        lead: tuple[int, ...] | None = None,
+        salt: str = "",
+        part: str | None = None,
+    ):
+        """The inputs of one trial; drawn straight into the shared store's files when it
+        will keep them as ``part`` of the trial (``SharedTrials.allocator``)."""
+        empty = self.shared.allocator(self.trial_key(seed, dist), part) if part else None
+        with self.clock.phase("inputs"):
+            return make_inputs(
+                self.op, self.sizes, self.case.dtype, seed, dist, lead=lead, salt=salt, empty=empty
+            )
+
+    def to_device(self, cpu_inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Fresh device copies, so a candidate that writes its inputs spoils nothing else."""
+        return {k: v.to(self.device, copy=True) for k, v in cpu_inputs.items()}
+
+    def call(self, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Call the candidate as the gold is called: ``fn(**inputs)``; outputs as a list."""
+        try:
+            with torch.no_grad(), self.clock.phase("candidate"):
+                out = self.fn(**inputs)
+        except Exception as exc:
+            raise candidate_fault(exc, "candidate raised") from None
+        return self.outputs_list(out)
+
+    def call_backward(
+        self, inputs: dict[str, torch.Tensor], upstream: list[torch.Tensor]
+    ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        """Forward with grad, then ``autograd.grad`` w.r.t. the op's grad inputs."""
+        args = dict(inputs)
+        for name in self.op.grad_inputs:
+            args[name] = args[name].detach().requires_grad_(True)
+        try:
+            with torch.enable_grad(), self.clock.phase("candidate"):
+                outs = self.outputs_list(self.fn(**args))
+                for i, (o, u) in enumerate(zip(outs, upstream)):
+                    if tuple(o.shape) != tuple(u.shape):
+                        raise WrongOutput(
+                            f"output {self.op.outputs[i].name!r} shape {tuple(o.shape)} != "
+                            f"expected {tuple(u.shape)}"
+                        )
+                wrt = [args[n] for n in self.op.grad_inputs]
+                grads = torch.autograd.grad(
+                    outs,
+                    wrt,
+                    [u.to(o.device, o.dtype) for u, o in zip(upstream, outs)],
+                    allow_unused=True,
+                )
+        except CandidateFault:
+            raise
+        except Exception as exc:
+            raise candidate_fault(exc, "candidate backward raised") from None
+        result = {}
+        for name, g in zip(self.op.grad_inputs, grads):
+            if g is None:
+                raise CandidateFault(f"candidate backward gave no gradient for {name!r}")
+            result[name] = g.detach()
+        return [o.detach() for o in outs], result
+
+    def outputs_list(self, out) -> list[torch.Tensor]:
+        want = len(self.op.outputs)
+        outs = (
+            list(out) if isinstance(out, tuple) or (want > 1 and isinstance(out, list)) else [out]
+        )
+        if len(outs) != want or not all(isinstance(o, torch.Tensor) for o in outs):
+            got = ", ".join(type(o).__name__ for o in outs)
+            raise WrongOutput(
+                f"candidate returned ({got}); expected {len(self.op.outputs)} tensor(s) "
+                f"({', '.join(o.name for o in self.op.outputs)})"
+            )
+        return outs
+
+    def expected_dtype(self, index: int) -> torch.dtype:
+        spec = self.op.outputs[index].dtype
+        if spec.startswith("like:"):
+            inp = self.op.input(spec[5:])
+            return (
+                dtypes.torch_dtype(self.case.dtype)
+                if inp.dtype == "case"
+                else dtypes.FIXED_DTYPES[inp.dtype]
+            )
+        return dtypes.FIXED_DTYPES[spec]
+
+    def expected_shape(self, index: int, lead: tuple[int, ...] | None = None) -> tuple[int, ...]:
+        out = self.op.outputs[index]
+        lead = self.lead if lead is None else lead
+        inner = [self.sizes[d] for d in out.shape[len(self.op.lead) :] if d in self.sizes]
+        if not self.op.is_row_wise(out):
+            return tuple(self.sizes[d] for d in out.shape if d in self.sizes)
+        return (*lead, *inner)
+
+    def input_rows(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """An input (or its gradient) as ``[rows, ...]``: a row-wise one by its lead rows,
+        a shared one (a norm's weight) as one row."""
+        nlead = len(self.lead)
+        if self.op.is_row_wise(self.op.input(name)) and t.dim() >= nlead:
+            return flat_rows(t, nlead)
+        return t.reshape(1, -1)
+
+    def trial_key(self, seed: int, dist: str) -> str:
+        c = self.case
+        narrowed = (("in_range", ",".join(self.op.in_range)),) if self.op.in_range else ()
+        return trial_key(c.op, self.op.version, c.dtype, c.shape, seed, dist, c.attrs + narrowed)
+
+    def pool(self, seed: int, dist: str, rows: int) -> tuple[dict, list]:
+        """The invariance pool of one trial, ``rows`` rows: (inputs, upstream gradients).
+
+        Drawn once per case for both invariance checks, and shared with the run's other
+        candidates like a trial (the checks copy it before each call, so nobody spoils it).
+        """
+        mine = (seed, dist, rows)
+        if mine not in self._pools:
+            key, part = self.trial_key(seed, dist), f"pool{rows}"
+            self._pools[mine] = self.shared.get_or_make(
+                key,
+                part,
+                lambda: {
+                    "inputs": self.draw(seed, dist, lead=(rows,), salt="pool", part=part),
+                    "upstream": self.upstream(seed, lead=(rows,), salt="pool"),
+                },
+            )
+        found = self._pools[mine]
+        return found["inputs"], found["upstream"]
+
+    def drop_pools(self, seed: int, dist: str) -> None:
+        """Forget the invariance pools of one trial (it is released: no one reads them)."""
+        for mine in [m for m in self._pools if m[:2] == (seed, dist)]:
+            del self._pools[mine]
+
+    def upstream(self, seed: int, lead: tuple[int, ...] | None = None, salt: str = ""):
+        with self.clock.phase("inputs"):
+            return self._upstream(seed, lead, salt)
+
+    def _upstream(self, seed: int, lead: tuple[int, ...] | None, salt: str):
+        return [
+            make_upstream(self.expected_shape(i, lead), self.expected_dtype(i), seed, salt + str(i))
+            for i in range(len(self.op.outputs))
+        ]

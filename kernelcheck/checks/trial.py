@@ -1,0 +1,176 @@
+"""One trial: a (seed, distribution) draw, and its results, each made once.
+
+The candidate's outputs and gradients, the gold and the reference of a trial are made
+on first read and kept (a candidate fault too: every check that needs the call reports
+it), so checks that judge the same call (accuracy, precision) share one candidate run.
+The gold and the reference are shared with the run's other candidates through the trial
+store. When parts are let go is ``TrialMemory``'s (``checks/trial_memory.py``); whether
+a call wrote its inputs, ``InputWriteDetector``'s (``checks/input_writes.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+
+import torch
+
+from kernelcheck import gold
+from kernelcheck.checks.context import CaseContext
+from kernelcheck.checks.differentiable import differentiable_call
+from kernelcheck.checks.input_writes import InputWriteDetector
+from kernelcheck.checks.outcome import CandidateFault
+from kernelcheck.checks.trial_memory import TrialMemory
+
+
+class Trial(TrialMemory, InputWriteDetector):
+    """One (seed, distribution) draw, with the candidate's and the gold's results cached.
+
+    Checks that judge the same call (accuracy, precision) share one candidate run.
+    """
+
+    PARTS = ("outputs", "grads", "gold", "reference", "reference_grads")
+
+    def __init__(self, ctx: CaseContext, seed: int, distribution: str):
+        self.ctx = ctx
+        self.seed = seed
+        self.distribution = distribution
+        self.watch = False  # integrity observes this trial: its calls check their inputs
+        self.readers = {}  # part -> checks still to read it (TrialMemory frees by it)
+
+    def ensure(self, part: str) -> None:
+        """Make the trial's own call behind ``part`` (if not made yet); raise its fault."""
+        kind, value = self.__dict__.get(f"_{part}", (None, None))
+        if kind is None:
+            getattr(self, part)
+        elif kind == "fault":
+            raise value
+
+    @cached_property
+    def key(self) -> str:
+        return self.ctx.trial_key(self.seed, self.distribution)
+
+    def _shared(self, part: str, make):
+        """A part of the trial another candidate computed, or compute and share it."""
+        return self.ctx.shared.get_or_make(self.key, part, make)
+
+    @cached_property
+    def cpu_inputs(self) -> dict[str, torch.Tensor]:
+        draw = self.ctx.draw
+        return self._shared("inputs", lambda: draw(self.seed, self.distribution, part="inputs"))
+
+    def _cached(self, name: str, make):
+        # A candidate fault is cached too: every check that needs the call reports it.
+        key = f"_{name}"
+        if key not in self.__dict__:
+            try:
+                self.__dict__[key] = ("ok", make())
+            except CandidateFault as exc:
+                self.__dict__[key] = ("fault", exc)
+        kind, value = self.__dict__[key]
+        if kind == "fault":
+            raise value
+        if kind == "freed":  # a check that reads a part must list it in ``uses``
+            raise RuntimeError(f"trial {name} were freed: no remaining check listed them")
+        return value
+
+    @property
+    def outputs(self) -> list[torch.Tensor]:
+        def run():
+            outs = self.own_call(self.ctx.call, "forward")
+            return [o.detach().cpu() for o in outs]
+
+        return self._cached("outputs", run)
+
+    @property
+    def gold(self) -> list[torch.Tensor]:
+        def run():
+            inputs = self.cpu_inputs
+            with self.ctx.clock.phase("gold"):
+                return gold.forward(
+                    self.ctx.op,
+                    self.ctx.gold_fn,
+                    inputs,
+                    self.ctx.lead,
+                    device=gold.gold_device(self.ctx.case.device),
+                )
+
+        return self._cached("gold", lambda: self._shared("gold", run))
+
+    @property
+    def reference(self) -> list[torch.Tensor]:
+        def run():
+            inputs = self.cpu_inputs
+            with torch.no_grad(), self.ctx.clock.phase("gold"):
+                # row-wise like the gold, so evaluated in the same bounded row chunks
+                fn = self.ctx.reference_fn
+
+                def reference(**args):
+                    return self.ctx.outputs_list(fn(**args))
+
+                return gold.forward(self.ctx.op, reference, inputs, self.ctx.lead, upcast=False)
+
+        return self._cached("reference", lambda: self._shared("reference", run))
+
+    @cached_property
+    def upstream(self) -> list[torch.Tensor]:
+        return self.ctx.upstream(self.seed)
+
+    @property
+    def grads(self) -> dict[str, torch.Tensor]:
+        def run():
+            def call(dev):
+                outs, grads = self.ctx.call_backward(dev, self.upstream)
+                return [*outs, *grads.values()]
+
+            results = self.own_call(call, "backward")
+            names = self.ctx.op.grad_inputs
+            return dict(zip(names, (g.cpu() for g in results[-len(names) :])))
+
+        return self._cached("grads", run)
+
+    def gold_grad_chunks(self):
+        """The float64 gold gradient, chunk by chunk (timed as ``gold``)."""
+        inputs, ups = self.cpu_inputs, self.upstream
+        chunks = gold.backward_chunks(
+            self.ctx.op,
+            self.ctx.gold_fn,
+            inputs,
+            ups,
+            self.ctx.lead,
+            self.ctx.gold_backward_fn,
+            device=gold.gold_device(self.ctx.case.device),
+        )
+        return self._timed(chunks)
+
+    def _timed(self, chunks):
+        """``chunks`` with the time of making each one counted as ``gold``."""
+        while True:
+            with self.ctx.clock.phase("gold"):
+                item = next(chunks, None)
+            if item is None:
+                return
+            yield item
+
+    def reference_grad_chunks(self):
+        """The honest fp32 reference's gradient (autograd of ``ctx.reference_fn`` on the
+        inputs as the candidate gets them, in their dtype), in the gold's very chunks
+        (same slices, same order: zip it with :meth:`gold_grad_chunks`); timed as ``gold``
+        like the forward reference."""
+        fn = self.ctx.reference_fn
+        chunks = gold.backward_chunks(
+            self.ctx.op,
+            lambda **args: differentiable_call(fn, args),
+            self.cpu_inputs,
+            self.upstream,
+            self.ctx.lead,
+            upcast=False,
+        )
+        return self._timed(chunks)
+
+    def reference_grads(self, make: Callable[[], dict]) -> dict:
+        """``backward_precision``'s summary of the reference gradient's errors (a few
+        numbers a row, whatever the candidate): ``make()``'s, made once per trial and
+        shared with the run's other candidates like the reference. A method, not a
+        property: ``make`` may do its caller's own work in the same pass over the gold."""
+        return self._cached("reference_grads", lambda: self._shared("reference_grads", make))
