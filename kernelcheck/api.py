@@ -6,6 +6,7 @@ The CLI, the tests and the pytest plugin all call these functions; nothing here 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -301,9 +302,8 @@ def attribute_sets(spec: OpSpec, overrides: dict[str, object]) -> list[Attribute
             raise UsageError(f"--attr: {name} switches an input on or off: true or false")
         default = spec.attributes[name][0]
         if not _same_kind(value, default):
-            raise UsageError(
-                f"--attr: {name}={value!r}: expected a {type(default).__name__} like {default!r}"
-            )
+            kind = "finite float" if type(default) is float else type(default).__name__
+            raise UsageError(f"--attr: {name}={value!r}: expected a {kind} like {default!r}")
     values = {
         n: ([overrides[n]] if n in overrides else list(v)) for n, v in spec.attributes.items()
     }
@@ -323,11 +323,12 @@ def attribute_sets(spec: OpSpec, overrides: dict[str, object]) -> list[Attribute
 
 
 def _same_kind(value: object, default: object) -> bool:
-    """An ``--attr`` value fits the attribute: a float takes ints too, a bool only bools."""
+    """An ``--attr`` value fits the attribute: a float takes ints too (a finite number: a
+    NaN temperature makes every case an error, not a finding), a bool only bools."""
     if isinstance(default, bool) or isinstance(value, bool):
         return isinstance(value, bool) and isinstance(default, bool)
     if isinstance(default, float):
-        return isinstance(value, (int, float))
+        return isinstance(value, (int, float)) and math.isfinite(value)
     return isinstance(value, type(default))
 
 
@@ -363,9 +364,12 @@ def execute(
     on_result: Callable[[CheckResult, Report], None] | None = None,
     on_case: Callable[[Case, int, int], None] | None = None,
     on_case_done: Callable[[Case, list[CheckResult], int, int], None] | None = None,
+    on_case_end: Callable[[Case, int, int], None] | None = None,
 ) -> Report:
     """Run the plan; ``on_result`` sees each result as it completes (streaming reports),
-    ``on_case``/``on_case_done`` each case as it starts and ends (progress)."""
+    ``on_case``/``on_case_done`` each case as it starts and as it is given out with its
+    results (progress). Cases side by side are given out in plan order: ``on_case_end``
+    hears each as it really ends, so ``on_case`` to ``on_case_end`` is its own time."""
     import time
 
     report = Report(plan.op.name, plan.op.version, plan.device, environment=environment())
@@ -388,6 +392,8 @@ def execute(
     schedule = Schedule(executor, plan.op, plan.cases, plan.options, folder, budget, jobs)
     if on_case:
         schedule.on_start = lambda i: on_case(plan.cases[i], i, len(plan.cases))
+    if on_case_end:
+        schedule.on_end = lambda i: on_case_end(plan.cases[i], i, len(plan.cases))
     mine: list[CheckResult] = []
 
     def take(res: CheckResult) -> None:
@@ -440,8 +446,13 @@ def run(catalog: Catalog, op: str, **kwargs) -> Report:
 
 
 def describe(catalog: Catalog) -> dict:
-    """Ops, candidates (can each run here, and if not, why) and checks."""
+    """Ops, candidates (can each run here, and if not, why), checks and the devices (each
+    unavailable one's reason, which its candidates' ``runs_here`` repeat)."""
     out = {
+        "devices": {
+            name: {"available": st.available, "reason": st.reason}
+            for name, st in devices.all_status().items()
+        },
         "ops": {},
         "checks": {n: c.summary for n, c in CHECKS.items()},
         "distributions": DISTRIBUTIONS,
@@ -458,6 +469,7 @@ def describe(catalog: Catalog) -> dict:
                 "callable": cand.callable,
                 "importable": "yes" if load_error is None else f"broken: {load_error}",
                 "devices": list(cand.devices),
+                "bench_only": cand.bench_only,
                 "source": str(cand.source),
                 "runs_here": {
                     d: (f"cannot load: {load_error}" if load_error else None)

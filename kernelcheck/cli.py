@@ -10,17 +10,14 @@ tests collected"), since a run that tested nothing is not green.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 import traceback
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 
-from kernelcheck.commands.common import STATE
+from kernelcheck.commands.common import STATE, stdout_console
 from kernelcheck.commands.common import catalog as _catalog
 from kernelcheck.commands.common import fail as _fail
 from kernelcheck.commands.common import parse_attrs as _parse_attrs
@@ -36,16 +33,23 @@ from kernelcheck.commands.options import (
     ShapeOpt,
     SpecOpt,
     VocabOpt,
+    check_at_least,
     check_baseline_factor,
 )
-from kernelcheck.commands.progress import CaseTicker
-from kernelcheck.commands.verdict import exit_code, render, shrink_and_notes
+from kernelcheck.commands.running import EXIT_FOR_SIGNAL
+from kernelcheck.commands.verdict import (
+    baseline_diff,
+    exit_code,
+    read_baseline,
+    render,
+    shrink_and_notes,
+    write_step_summary,
+)
 from kernelcheck.compare import DEFAULT_FACTOR
 from kernelcheck.errors import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_SIGINT,
-    EXIT_SIGTERM,
     EXIT_USAGE,
     Interrupted,
     UsageError,
@@ -60,32 +64,6 @@ app = typer.Typer(
     help="Verify compute kernels against a float64 gold: accuracy, precision, "
     "bitwise batch invariance.",
 )
-
-
-_EXIT_FOR_SIGNAL = {"SIGINT": EXIT_SIGINT, "SIGTERM": EXIT_SIGTERM}
-
-
-def _stop_on_signals() -> None:
-    """First SIGINT/SIGTERM: stop at once, keeping what completed. Second: exit at once."""
-    count = {"n": 0}
-
-    def handler(signum, frame):
-        name = signal.Signals(signum).name
-        count["n"] += 1
-        if count["n"] > 1:
-            os._exit(_EXIT_FOR_SIGNAL.get(name, EXIT_SIGINT))
-        raise Interrupted(name)
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handler)
-
-
-def _width() -> int | None:
-    """``COLUMNS`` when set; else the terminal's; a log or a pipe gets a wide table."""
-    try:
-        return int(os.environ["COLUMNS"])
-    except (KeyError, ValueError):
-        return None if sys.stdout.isatty() else 160
 
 
 @app.callback()
@@ -198,21 +176,18 @@ def run(
 ) -> None:
     """Run the checks of an op's candidates over its dtype x shape grid."""
     from kernelcheck import api
-    from kernelcheck import report as rep
-    from kernelcheck.commands.report import html_out_problem, write_page
-    from kernelcheck.compare import read_report
-    from kernelcheck.report.json_report import JsonReportWriter, check_writable, write_atomic
+    from kernelcheck.commands.outputs import Outputs
+    from kernelcheck.commands.running import run_plan
+    from kernelcheck.report import FORMATS
 
+    outputs = Outputs(json_out, junit_out, html_out)
     try:
-        base = read_report(baseline) if baseline else None
+        base = read_baseline(baseline, op)
         check_baseline_factor(baseline_factor)
-        if fmt not in rep.FORMATS:
-            raise UsageError(f"unknown format {fmt!r}; valid: {', '.join(rep.FORMATS)}")
-        for flag, path in (("--json-out", json_out), ("--junit-out", junit_out)):
-            if path is not None and (why := check_writable(path)):
-                raise UsageError(f"{flag}: {why}")
-        if html_out is not None and (why := html_out_problem(html_out)):
-            raise UsageError(why)
+        check_at_least("--shrink-budget", shrink_budget, 0)
+        if fmt not in FORMATS:
+            raise UsageError(f"unknown format {fmt!r}; valid: {', '.join(FORMATS)}")
+        outputs.check()
         catalog = _catalog(spec)
         plan = api.plan(
             catalog,
@@ -234,60 +209,22 @@ def run(
         )
     except UsageError as exc:
         _fail(str(exc))
-
-    writer = JsonReportWriter(json_out) if json_out else None
-    console = Console(stderr=True)
-    ticker = CaseTicker(len(plan.cases), console)
-
-    def on_result(res, report):
-        if writer:
-            writer.write(report)
-        ticker.result(res)
-
-    _stop_on_signals()
-    try:
-        report = api.execute(
-            plan, on_result=on_result, on_case=ticker.start, on_case_done=ticker.done
-        )
-    finally:
-        ticker.stop()
-    _stop_on_signals()
+    writer = outputs.json_writer()
+    report = run_plan(plan, writer)
     notes = shrink_and_notes(catalog, plan, report, shrink_budget if shrink else None)
-    if writer:
-        writer.write(report)
-        if writer.error:
-            typer.echo(f"kernelcheck: error: --json-out: {writer.error}", err=True)
-    if junit_out:
-        write_atomic(junit_out, rep.to_junit(report))
-    if html_out:
-        write_page(html_out, report.to_dict(), base, baseline_factor)
-    render(fmt, report, plan, notes, Console(soft_wrap=False, width=_width()))
-    summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary_path:
-        with open(summary_path, "a") as fh:
-            fh.write(rep.to_markdown(report) + "\n")
-    regressed = False
-    if base is not None:
-        from kernelcheck.compare import diff as diff_reports
-        from kernelcheck.compare import render_diff, render_diff_markdown
-
-        try:
-            changes = diff_reports(base, report.to_dict(), factor=baseline_factor)
-        except UsageError as exc:
-            _fail(str(exc))
-        (sys.stderr if fmt == "json" else sys.stdout).write(render_diff(changes))
-        regressed = changes.regressed
-        if summary_path:
-            with open(summary_path, "a") as fh:
-                fh.write(render_diff_markdown(changes) + "\n")
+    written = outputs.write(report, writer, base, baseline_factor)
+    changes = baseline_diff(base, report, baseline_factor)
+    render(fmt, report, plan, notes, stdout_console(), changes)
+    write_step_summary(report, changes)
     if report.interrupted:
         typer.echo(
             f"kernelcheck: interrupted by {report.interrupted}; "
             f"{len(report.not_run)} case(s) did not run",
             err=True,
         )
-        raise typer.Exit(_EXIT_FOR_SIGNAL.get(report.interrupted, EXIT_SIGINT))
-    raise typer.Exit(exit_code(report, regressed or bool(writer and writer.error)))
+        raise typer.Exit(EXIT_FOR_SIGNAL.get(report.interrupted, EXIT_SIGINT))
+    regressed = changes is not None and changes.regressed
+    raise typer.Exit(exit_code(report, regressed or not written))
 
 
 @app.command("list")
@@ -299,6 +236,7 @@ def list_(
 ) -> None:
     """Ops, candidates (and whether each can run here, and why not) and checks."""
     from kernelcheck import api
+    from kernelcheck.commands.describe import render_list
 
     try:
         info = api.describe(_catalog(spec))
@@ -307,21 +245,7 @@ def list_(
     if fmt == "json":
         typer.echo(json.dumps(info, indent=2))
         return
-    console = Console(soft_wrap=True)
-    for name, op in info["ops"].items():
-        console.print(f"[bold]op {name}[/]: {op['description']}  ({op['source']})", highlight=False)
-        for cname, cand in op["candidates"].items():
-            console.print(f"  candidate [cyan]{cname}[/] = {cand['callable']}", highlight=False)
-            for dev, verdict in cand["runs_here"].items():
-                mark = (
-                    "[green]runs here[/]"
-                    if verdict == "yes"
-                    else f"[yellow]cannot run[/]: {verdict}"
-                )
-                console.print(f"      {dev}: {mark}", highlight=False)
-    console.print("[bold]checks[/]")
-    for name, summary in info["checks"].items():
-        console.print(f"  {name}: {summary}", highlight=False)
+    render_list(info, stdout_console())
 
 
 @app.command()
@@ -332,36 +256,13 @@ def doctor(
 ) -> None:
     """torch, the devices (with the reason one is missing), native libraries, the NPU stack."""
     from kernelcheck import api
+    from kernelcheck.commands.describe import render_doctor
 
     info = api.doctor()
     if fmt == "json":
         typer.echo(json.dumps(info, indent=2))
         return
-    console = Console(soft_wrap=True)
-    console.print(
-        f"torch {info['torch']} (CUDA build: {info['torch_cuda'] or 'no'})", highlight=False
-    )
-    for name, d in info["devices"].items():
-        state = (
-            "[green]available[/]" if d["available"] else f"[yellow]unavailable[/]: {d['reason']}"
-        )
-        console.print(f"device {name}: {state}", highlight=False)
-    for name, lib in info["native_libraries"].items():
-        parts = [f"native {name}: {lib['status']}", lib.get("path"), lib.get("reason")]
-        if lib.get("isa"):
-            parts.append(f"({lib['isa']} build in use)")
-        console.print(" ".join(p for p in parts if p), highlight=False)
-    for name, lib in info["verifier_libraries"].items():
-        parts = [f"helper {name}: {lib['status']}", lib.get("path"), lib.get("reason")]
-        if lib.get("isa"):
-            parts.append(f"({lib['isa']} loop in use)")
-        console.print(" ".join(p for p in parts if p), highlight=False)
-    npu = info["npu_stack"]
-    console.print(
-        f"torch_npu: {npu['torch_npu']}; "
-        f"CANN: {'found' if npu['cann_found'] else 'not found'} at {npu['cann_home']}",
-        highlight=False,
-    )
+    render_doctor(info, stdout_console())
 
 
 def _register_commands() -> None:
@@ -413,7 +314,7 @@ def entry(argv: list[str] | None = None) -> None:
         code = EXIT_USAGE
     except Interrupted as exc:
         typer.echo(f"kernelcheck: interrupted by {exc.signame}", err=True)
-        code = _EXIT_FOR_SIGNAL.get(exc.signame, EXIT_SIGINT)
+        code = EXIT_FOR_SIGNAL.get(exc.signame, EXIT_SIGINT)
     except Exception as exc:
         # click's (typer vendors it) usage errors: a bad flag, a bad value, a missing option
         if type(exc).__name__ == "NoArgsIsHelpError" and getattr(exc, "ctx", None):

@@ -137,6 +137,15 @@ BAD_FLAGS = [
     (["--op", "logp", "--distributions", "uniform"], "unknown distribution 'uniform'"),
     (["--op", "logp", "--timeout", "0"], "--timeout: expected a number of seconds > 0"),
     (["--op", "logp", "--spec", "/no/such.toml"], "/no/such.toml: spec file not found"),
+    (["--op", "logp", "--spec", str(REPO / "specs")], "specs: is a directory, not a spec; give"),
+    (["--op", "logp", "--shrink-budget", "-1"], "--shrink-budget: expected a number >= 0, got -1"),
+    (["--op", "logp", "--shrink-budget", "nan"], "--shrink-budget: expected a number >= 0"),
+    (["--op", "logp", "--baseline-factor", "nan"], "--baseline-factor: expected a number >= 1"),
+    (["--op", "logp", "--timeout", "-1"], "--timeout: expected a number of seconds > 0"),
+    (["--op", "logp", "--seq", "-1"], "--seq: expected an integer >= 1, got -1"),
+    (["--op", "logp", "--attr", "temperature=abc"], "temperature='abc': expected a finite float"),
+    (["--op", "logp", "--attr", "temperature=nan"], "temperature=nan: expected a finite float"),
+    (["--op", "logp", "--attr", "with_mask=2"], "with_mask switches an input on or off"),
     (["--op", "logp", "--nope"], "No such option: --nope"),
 ]
 
@@ -397,3 +406,72 @@ def test_the_summary_counts_pairs_and_says_what_was_not_checked(tmp_path):
         "dtypes bf16, fp16 not checked: not in the plan (--dtype fp32)",
     ], tail
     assert all(len(x) <= 80 for x in tail)
+
+
+OTHER_BAD_NUMBERS = [
+    (["bench", "--op", "logp", "--reps", "0"], "--reps: expected an integer >= 1, got 0"),
+    (["bench", "--op", "logp", "--warmup", "-1"], "--warmup: expected an integer >= 0, got -1"),
+    (["bench", "--op", "logp", "--batch", "-2"], "--batch: expected an integer >= 1, got -2"),
+    (["diff", "a.json", "b.json", "--floor", "-1"], "--floor: expected a number >= 0, got -1"),
+    (["diff", "a.json", "b.json", "--floor", "nan"], "--floor: expected a number >= 0, got nan"),
+    (["report", "a.json", "--html-out", "r.html", "--baseline-factor", "0"],
+     "--baseline-factor: expected a number >= 1, got 0"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args,fragment", OTHER_BAD_NUMBERS, ids=[" ".join(a[:1] + a[-2:]) for a, _ in OTHER_BAD_NUMBERS]
+)
+def test_every_numeric_option_out_of_range_is_one_line_and_exit_2(args, fragment, tmp_path):
+    for name in ("a.json", "b.json"):  # valid reports: the number is what is wrong
+        (tmp_path / name).write_text(json.dumps(_tiny_report()))
+    p = kc(*args, cwd=tmp_path)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and fragment in lines[0], p.stderr
+
+
+def _tiny_report() -> dict:
+    from kernelcheck.report import to_json
+    from kernelcheck.results import Report
+
+    return json.loads(to_json(Report("logp", "1", "cpu")))
+
+
+def test_piped_output_fits_80_columns():
+    """Not a terminal: every line of run, list, doctor and bench fits 80 columns; only a
+    single unbreakable token (a library's path in doctor) may be longer."""
+    runs = {
+        "run": kc("run", "--op", "logp", "--candidate", "torch", *SMALL, "--checks",
+                  "forward_accuracy,contract"),
+        "list": kc("list"),
+        "doctor": kc("doctor"),
+        "bench": kc("bench", "--op", "logp", "--candidate", "torch", "--dtype", "fp32",
+                    "--batch", "2", "--vocab", "33", "--reps", "2", "--warmup", "0"),
+    }  # fmt: skip
+    for name, p in runs.items():
+        assert p.returncode == 0, (name, p.stderr)
+        lines = p.stdout.splitlines()
+        assert len(lines) > 3, (name, p.stdout)
+        long = [x for x in lines if len(x) > 80 and len(x.split()) > 1]
+        assert not long, (name, long)
+    assert "worst: the largest error" in runs["run"].stdout  # the legend, wrapped
+    assert "peak bandwidth: " in runs["bench"].stdout
+
+
+def test_with_a_baseline_the_last_line_is_the_verdict(tmp_path):
+    """A run that passes but regressed against its baseline ends with REGRESSED, exit 1;
+    the diff comes before it."""
+    base = tmp_path / "base.json"
+    args = ["run", "--op", "logp", "--candidate", "torch", *SMALL, "--checks",
+            "forward_accuracy", "--no-check-grad"]  # fmt: skip
+    assert kc(*args, "--json-out", str(base)).returncode == 0
+    data = json.loads(base.read_text())
+    for r in data["results"]:
+        r["metrics"]["max_abs"] = 1e-12  # the baseline was far better
+    base.write_text(json.dumps(data))
+    p = kc(*args, "--baseline", str(base))
+    assert p.returncode == 1, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[-1].startswith("REGRESSED: 1 pass"), lines[-3:]
+    assert any(x.startswith("kernelcheck diff: REGRESSED") for x in lines[:-1])
+    assert not any(x.startswith("PASSED") for x in lines)

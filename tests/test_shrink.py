@@ -221,3 +221,19 @@ def test_a_failure_that_needs_an_attribute_shrinks_with_it(tmp_path):
     out = shrink(catalog, "logp", result, plan.options, budget_s=60.0)
     assert out.reproduced, out.message
     assert "--attr with_mask=true" in out.repro and out.case_id.endswith("-with_mask=true")
+
+
+def test_an_error_is_never_shrunk_nor_noted():
+    """An ``error`` (the candidate raised, say on a value it cannot take) has no failing
+    input to make smaller: no search, no "shrunk" line, no "not shrunk" line."""
+    from kernelcheck.commands.progress import shrink_notes
+    from kernelcheck.results import CheckResult, Report
+
+    err = CheckResult("logp", "torch", "cpu", "fp32", {"batch": 2, "vocab": 33},
+                      "forward_accuracy", "error", "torch-fp32-2x33",
+                      message="TypeError: bad temperature")  # fmt: skip
+    report = Report("logp", "1", "cpu", results=[err])
+    assert shrink_failures(None, None, report, budget_s=60.0) == {}
+    assert shrink_notes(report, {}) == []
+    report.extra["shrunk"] = {}  # a run whose other failures were searched
+    assert shrink_notes(report, {}) == []

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from kernelcheck.bench.measure import UNSTABLE_SPREAD, BenchReport, BenchResult
+from kernelcheck.wrap import fill, log_width
 
 # The keys of one JSON result: the issue's ten, then what explains them.
 RESULT_KEYS = (
@@ -63,30 +66,49 @@ def bench_to_json(report: BenchReport) -> str:
 
 
 def render_bench_table(report: BenchReport, console: Console) -> None:
-    """One table of every candidate x dtype x shape, then the peak's source and any errors."""
+    """One table of every candidate x dtype x shape, then the peak's source and any errors.
+    Names and errors are data, printed literally (never as markup or emoji codes); not
+    on a terminal, every line is wrapped at 80 columns."""
+    console.print(Text(f"{report.op} bench on {report.device} ({report.device_name})", "bold"))
+    console.print(_bench_table(report))
+    if report.peak_bandwidth_bytes_per_s:
+        peak = f"{report.peak_bandwidth_bytes_per_s / 1e9:.1f} GB/s"
+    else:
+        peak = "unknown"
+    width = log_width(console.is_terminal, console.width)
+    lines = [
+        (f"peak bandwidth: {peak} ({report.peak_source})", ""),
+        (
+            "bytes = each input read once + each output written once; GB/s = bytes / median; "
+            f"speed = baseline median / median (baseline: {report.settings.get('baseline', '')})",
+            "",
+        ),
+    ]
+    lines += [
+        (f"error {r.candidate} {r.dtype} {_shape(r.shape)}: {r.error}", "bold magenta")
+        for r in report.results
+        if r.error
+    ]
+    lines += [(f"warning {line}", "bold yellow") for line in spread_warnings(report)]
+    for line, style in lines:
+        text = fill(line, width)
+        head = text.split(" ", 1)[0] if style else ""
+        console.print(Text.assemble((head, style), text[len(head) :]), soft_wrap=True)
+
+
+def _bench_table(report: BenchReport) -> Table:
     baselines = sorted({r.baseline for r in report.results if r.baseline})
-    speed_col = f"speed vs {baselines[0]}" if len(baselines) == 1 else "speed vs baseline"
-    table = Table(
-        title=f"{report.op} bench on {report.device} ({report.device_name})",
-        title_justify="left",
-    )
-    for col in ("candidate", "dtype", "shape", "median ms", "p10-p90 ms", "GB/s", "% of peak"):
-        table.add_column(col, justify="right" if "ms" in col or "/" in col else "left")
-    table.add_column(speed_col, justify="right")
-    table.add_column("reps", justify="right")
+    speed_col = f"vs {baselines[0]}" if len(baselines) == 1 else "vs base"  # the speed-up
+    # 80 columns hold it: no vertical rules, a cell folds rather than loses digits
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for col in ("candidate", "dtype", "shape"):
+        table.add_column(col, overflow="fold")
+    for col in ("median ms", "p10-p90 ms", "GB/s", "% peak", speed_col, "reps"):
+        table.add_column(col, justify="right", overflow="fold")
     for r in report.results:
+        cells = [Text(r.candidate), r.dtype, _shape(r.shape)]
         if r.error:
-            table.add_row(
-                r.candidate,
-                r.dtype,
-                _shape(r.shape),
-                "[bold magenta]error[/]",
-                "",
-                "",
-                "",
-                "",
-                "",
-            )
+            table.add_row(*cells, Text("error", style="bold magenta"), "", "", "", "", "")
             continue
         speed = ""
         if r.speedup_vs_baseline is not None:
@@ -94,35 +116,15 @@ def render_bench_table(report: BenchReport, console: Console) -> None:
             if len(baselines) > 1:
                 speed += f" ({r.baseline})"
         table.add_row(
-            r.candidate,
-            r.dtype,
-            _shape(r.shape),
+            *cells,
             _ms(r.median_s),
             f"{_ms(r.p10_s)}-{_ms(r.p90_s)}",
             "" if r.gbps is None else f"{r.gbps:.2f}",
             "" if r.fraction_of_peak is None else f"{100 * r.fraction_of_peak:.1f}%",
-            speed,
+            Text(speed),
             str(r.reps),
         )
-    console.print(table)
-    if report.peak_bandwidth_bytes_per_s:
-        peak = f"{report.peak_bandwidth_bytes_per_s / 1e9:.1f} GB/s"
-    else:
-        peak = "unknown"
-    console.print(f"peak bandwidth: {peak} ({report.peak_source})", highlight=False)
-    console.print(
-        "bytes = each input read once + each output written once; GB/s = bytes / median; "
-        f"speed = baseline median / median (baseline: {report.settings.get('baseline', '')})",
-        highlight=False,
-    )
-    for r in report.results:
-        if r.error:
-            console.print(
-                f"[bold magenta]error[/] {r.candidate} {r.dtype} {_shape(r.shape)}: {r.error}",
-                highlight=False,
-            )
-    for line in spread_warnings(report):
-        console.print(f"[bold yellow]warning[/] {line}", highlight=False)
+    return table
 
 
 def spread_warnings(report: BenchReport) -> list[str]:

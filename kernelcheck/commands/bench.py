@@ -6,7 +6,6 @@ Registered in :mod:`kernelcheck.cli`; shared CLI helpers come from
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -55,19 +54,19 @@ def bench(
 ) -> None:
     """Time candidates side by side: median and spread, GB/s and the fraction of peak."""
     from rich.console import Console
+    from rich.text import Text
 
     from kernelcheck import bench as lib
     from kernelcheck.bench import bench_to_json, render_bench_table
     from kernelcheck.commands.common import catalog as _catalog
     from kernelcheck.commands.common import fail as _fail
     from kernelcheck.commands.common import parse_shape as _parse_shape
+    from kernelcheck.commands.common import stdout_console
     from kernelcheck.errors import EXIT_FAILED, EXIT_OK, UsageError
     from kernelcheck.report.json_report import check_writable, write_atomic
 
-    err = Console(stderr=True)
-    progress = (
-        (lambda msg: err.print(f"timing {msg}", highlight=False)) if err.is_terminal else None
-    )
+    err = Console(stderr=True, emoji=False, highlight=False)
+    progress = (lambda msg: err.print(Text(f"timing {msg}"))) if err.is_terminal else None
     try:
         if fmt not in BENCH_FORMATS:
             raise UsageError(f"unknown format {fmt!r}; valid: {', '.join(BENCH_FORMATS)}")
@@ -92,8 +91,5 @@ def bench(
     if fmt == "json":
         sys.stdout.write(text + "\n")
     else:
-        out = Console(soft_wrap=False)
-        if not out.is_terminal and "COLUMNS" not in os.environ:
-            out = Console(soft_wrap=False, width=140)  # a log: keep the table's rows whole
-        render_bench_table(report, out)
+        render_bench_table(report, stdout_console())
     raise typer.Exit(EXIT_FAILED if report.errored else EXIT_OK)

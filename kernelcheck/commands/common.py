@@ -1,5 +1,6 @@
 """CLI helpers that ``cli.py`` and every command share: one line and exit 2 on a usage
-error, the catalog with ``--spec`` files, the shape from ``--batch/--seq/--vocab/--shape``.
+error, the catalog with ``--spec`` files, the shape from ``--batch/--seq/--vocab/--shape``,
+the console that prints to stdout.
 
 Here, not in ``cli.py``, so that ``commands/`` never imports ``cli.py`` (which imports
 the commands to register them).
@@ -28,6 +29,19 @@ def catalog(specs: list[Path] | None):
     from kernelcheck.spec import load_catalog
 
     return load_catalog(specs or [])
+
+
+def stdout_console():
+    """stdout as every command prints it: the terminal's width, else (a log, a pipe) at
+    most 80 columns. No ``:emoji:`` codes and no highlighting: data prints as it is."""
+    from rich.console import Console
+
+    from kernelcheck.wrap import log_width
+
+    console = Console(emoji=False, highlight=False)
+    if console.is_terminal:
+        return console
+    return Console(emoji=False, highlight=False, width=log_width(False, console.width))
 
 
 def parse_shape(batch, seq, vocab, shape: str | None) -> dict | None:

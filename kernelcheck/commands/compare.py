@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from kernelcheck.commands.common import fail as _fail
+from kernelcheck.commands.options import check_at_least
 from kernelcheck.compare import read_report
 from kernelcheck.errors import EXIT_FAILED, EXIT_OK, UsageError
 
@@ -101,6 +102,7 @@ def diff(
     try:
         if fmt not in DIFF_FORMATS:
             raise UsageError(f"unknown format {fmt!r}; valid: {', '.join(DIFF_FORMATS)}")
+        check_at_least("--floor", floor, 0)
         d = diff_reports(
             read_report(baseline), read_report(new), factor, parse_metrics(metrics), floor
         )

@@ -63,8 +63,13 @@ BaselineFactorOpt = Annotated[
 ]
 
 
-def check_baseline_factor(factor: float) -> None:
-    if factor < 1:
+def check_at_least(flag: str, value: float | None, low: float) -> None:
+    """A numeric option's range: a UsageError (one line, exit 2) below ``low`` or NaN."""
+    if value is not None and not value >= low:  # NaN compares false
         from kernelcheck.errors import UsageError
 
-        raise UsageError(f"--baseline-factor: expected a number >= 1, got {factor}")
+        raise UsageError(f"{flag}: expected a number >= {low:g}, got {value}")
+
+
+def check_baseline_factor(factor: float) -> None:
+    check_at_least("--baseline-factor", factor, 1)

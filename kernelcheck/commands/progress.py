@@ -13,6 +13,7 @@ import time
 from collections import Counter
 
 from rich.console import Console
+from rich.text import Text
 
 from kernelcheck.results import CheckResult, Report
 
@@ -27,13 +28,19 @@ def fmt_eta(seconds: float) -> str:
 
 
 class CaseTicker:
-    """Progress on ``console`` (stderr): a bar in a terminal, a line per case elsewhere."""
+    """Progress on ``console`` (stderr): a bar in a terminal, a line per case elsewhere.
 
-    def __init__(self, total: int, console: Console):
+    A case's time is its own, from :meth:`start` to :meth:`end`: side by side, a case
+    that ended is given out (:meth:`done`) only once every earlier case is, and that
+    wait is not its time."""
+
+    def __init__(self, total: int, console: Console, clock=time.perf_counter):
         self.total = total
         self.console = console
-        self.t0 = time.perf_counter()
+        self.clock = clock
+        self.t0 = clock()
         self.started: dict[int, float] = {}  # case index -> start (cases may run side by side)
+        self.seconds: dict[int, float] = {}  # case index -> its own time, once it ended
         self.index = 0
         self.checks = 1
         self.seen = 0
@@ -47,7 +54,7 @@ class CaseTicker:
 
     def start(self, case, i: int, n: int) -> None:
         self.index, self.checks, self.seen = i, max(1, len(case.checks)), 0
-        self.started[i] = time.perf_counter()
+        self.started[i] = self.clock()
         if self.bar:
             self.bar.update(self.task, completed=i, description=case.id)
 
@@ -56,19 +63,21 @@ class CaseTicker:
         if self.bar:  # moves within a case, one check at a time
             self.bar.update(self.task, completed=self.index + min(1.0, self.seen / self.checks))
 
+    def end(self, case, i: int, n: int) -> None:
+        """Case ``i`` ended (side by side, maybe before an earlier case is given out)."""
+        self.seconds[i] = self.clock() - self.started.pop(i, self.clock())
+
     def done(self, case, results: list[CheckResult], i: int, n: int) -> None:
+        if i not in self.seconds:  # never told it ended: it ends as it is given out
+            self.end(case, i, n)
+        seconds = self.seconds.pop(i)
         if self.bar:
             return
-        now = time.perf_counter()
-        case_t0 = self.started.pop(i, now)
         counts = Counter(r.status for r in results)
         said = ", ".join(f"{v} {k}" for k, v in counts.items())
-        eta = (now - self.t0) / (i + 1) * (n - i - 1)
-        self.console.print(
-            f"[{i + 1}/{n}] {case.id}: {said} ({now - case_t0:.1f} s), eta {fmt_eta(eta)}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        eta = (self.clock() - self.t0) / (i + 1) * (n - i - 1)
+        line = f"[{i + 1}/{n}] {case.id}: {said} ({seconds:.1f} s), eta {fmt_eta(eta)}"
+        self.console.print(Text(line), soft_wrap=True)
 
     def stop(self) -> None:
         if self.bar:
@@ -76,15 +85,16 @@ class CaseTicker:
 
 
 def shrink_notes(report: Report, shrunk: dict) -> list[str]:
-    """One line per failing result: its shrunk repro, or why it was not shrunk."""
-    from kernelcheck.runner.shrink import format_shrink
+    """One line per failing result: its shrunk repro, or why it was not shrunk. What is
+    never searched (an ``error``: no failing input to make smaller) gets no line."""
+    from kernelcheck.runner.shrink import format_shrink, shrinkable
 
     notes = []
     searched = {
         (r.check, r.candidate, r.dtype) for r in report.results if (r.case_id, r.check) in shrunk
     }
     for r in report.results:
-        if r.status in ("pass", "skip"):
+        if not shrinkable(r):
             continue
         outcome = shrunk.get((r.case_id, r.check))
         if outcome is not None:

@@ -7,11 +7,19 @@ Here, not in ``cli.py``, so that ``run`` stays a thin shell and these steps can 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
-from kernelcheck.errors import EXIT_FAILED, EXIT_NOTHING_CHECKED, EXIT_OK, Interrupted
+from kernelcheck.errors import (
+    EXIT_FAILED,
+    EXIT_NOTHING_CHECKED,
+    EXIT_OK,
+    Interrupted,
+    UsageError,
+)
 from kernelcheck.results import Report
 
 
@@ -37,18 +45,62 @@ def shrink_and_notes(catalog, plan, report: Report, budget_s: float | None) -> l
     return shrink_notes(view, shrunk)
 
 
-def render(fmt: str, report: Report, plan, notes: list[str], console: Console) -> None:
-    """The report on stdout in ``fmt``; the table and plain formats end with the verdict."""
-    from kernelcheck import report as rep
+def read_baseline(path: Path | None, op: str) -> dict | None:
+    """``--baseline``: the report, checked before the run to be one of ``op``."""
+    if path is None:
+        return None
+    from kernelcheck.compare import read_report
 
+    base = read_report(path)
+    if base.get("op") != op:
+        raise UsageError(f"--baseline: {path} is a report of op {base.get('op')}, not {op}")
+    return base
+
+
+def baseline_diff(base: dict | None, report: Report, factor: float):
+    """The diff from ``--baseline`` (None without one); a UsageError when they differ in kind."""
+    if base is None:
+        return None
+    from kernelcheck.compare import diff
+
+    return diff(base, report.to_dict(), factor=factor)
+
+
+def render(fmt: str, report: Report, plan, notes: list[str], console: Console, changes=None):
+    """The report on stdout in ``fmt``. The table and plain formats end with the verdict,
+    the baseline's diff (``changes``) just before it: a regression is ``REGRESSED``, last,
+    as the exit code says. JSON keeps stdout for the report (the diff goes to stderr)."""
+    from kernelcheck import report as rep
+    from kernelcheck.compare import render_diff
+
+    diff_text = render_diff(changes) if changes is not None else ""
+    regressed = changes is not None and changes.regressed
+    if fmt in ("table", "plain"):
+        notes = notes + diff_text.splitlines()
     if fmt == "table":
-        rep.render_table(report, console, notes)
+        rep.render_table(report, console, notes, regressed)
     elif fmt == "plain":
-        sys.stdout.write(rep.to_plain(report, plan.op, notes))
+        sys.stdout.write(rep.to_plain(report, plan.op, notes, regressed))
     elif fmt == "markdown":
-        sys.stdout.write(rep.to_markdown(report))
+        sys.stdout.write(rep.to_markdown(report) + diff_text)
     else:
         sys.stdout.write(rep.to_json(report) + "\n")
+        sys.stderr.write(diff_text)
+
+
+def write_step_summary(report: Report, changes=None) -> None:
+    """GitHub's step summary (``GITHUB_STEP_SUMMARY``), when set: the report in markdown
+    and the baseline's diff."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return
+    from kernelcheck import report as rep
+    from kernelcheck.compare import render_diff_markdown
+
+    with open(path, "a") as fh:
+        fh.write(rep.to_markdown(report) + "\n")
+        if changes is not None:
+            fh.write(render_diff_markdown(changes) + "\n")
 
 
 def exit_code(report: Report, problem: bool = False) -> int:

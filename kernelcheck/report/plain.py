@@ -34,9 +34,12 @@ def _dim_shape(dims: tuple[str, ...], shape: dict) -> tuple[int, ...]:
     return tuple(shape[d] for d in dims if d in shape)
 
 
-def to_plain(report: Report, op: OpSpec, notes: list[str] | None = None) -> str:
-    """The old harness's lines, then ``notes`` (the shrink results), what was not checked
-    (wrapped at 80 columns: this format is for logs) and the verdict, last."""
+def to_plain(
+    report: Report, op: OpSpec, notes: list[str] | None = None, regressed: bool = False
+) -> str:
+    """The old harness's lines, then ``notes`` (the shrink results, a baseline's diff),
+    what was not checked (wrapped at 80 columns: this format is for logs) and the
+    verdict, last (``regressed``: against a baseline)."""
     lines = []
     ok, rate = _rate(report.results)
     lines.append(f"suite={report.op} passed={ok and report.passed} pass_rate={rate:.4f}")
@@ -91,5 +94,5 @@ def to_plain(report: Report, op: OpSpec, notes: list[str] | None = None) -> str:
         lines.append(f"interrupted={report.interrupted} not_run={len(report.not_run)}")
     lines += notes or []
     lines += not_checked_lines(report)
-    lines.append(verdict_word(report) + verdict_rest(report))
+    lines.append(verdict_word(report, regressed) + verdict_rest(report))
     return "\n".join(lines) + "\n"

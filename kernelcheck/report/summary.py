@@ -7,20 +7,19 @@ run of skips only is ``NOTHING CHECKED``, never ``PASSED``.
 
 from __future__ import annotations
 
-import textwrap
-
 from kernelcheck.results import Report
-
-PIPE_WIDTH = 80  # not on a terminal: what a log viewer or a mail shows unwrapped
-INDENT = "    "  # a wrapped not-checked line's continuation
+from kernelcheck.wrap import PIPE_WIDTH, fill
 
 
-def verdict_word(report: Report) -> str:
-    """``PASSED``, ``FAILED``, ``NOTHING CHECKED`` or ``INTERRUPTED (SIGINT)``."""
+def verdict_word(report: Report, regressed: bool = False) -> str:
+    """``PASSED``, ``FAILED``, ``REGRESSED`` (no failure, but worse than the baseline),
+    ``NOTHING CHECKED`` or ``INTERRUPTED (SIGINT)``."""
     if report.interrupted:
         return f"INTERRUPTED ({report.interrupted})"
     if not report.passed:
         return "FAILED"
+    if regressed:
+        return "REGRESSED"
     return "PASSED" if report.pairs_run else "NOTHING CHECKED"
 
 
@@ -36,13 +35,4 @@ def verdict_rest(report: Report) -> str:
 
 def not_checked_lines(report: Report, width: int = PIPE_WIDTH) -> list[str]:
     """One entry per distinct reason, wrapped at ``width`` (continuations indented)."""
-    lines = []
-    for item in report.not_checked():
-        lines += textwrap.wrap(
-            item.line(),
-            width=max(width, 40),
-            subsequent_indent=INDENT,
-            break_long_words=False,
-            break_on_hyphens=False,
-        )
-    return lines
+    return [line for item in report.not_checked() for line in fill(item.line(), width).splitlines()]

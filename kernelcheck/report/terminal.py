@@ -2,8 +2,9 @@
 
 It fits 80 columns: the case heads its section instead of taking a column, and each
 check shows its one headline number (``worst``) next to the limit that was applied, so
-the check name, the status and the worst error are never cut. Failure lines and repro
-commands are printed unwrapped (a CI log greps them whole).
+the check name, the status and the worst error are never cut. On a terminal, failure
+lines and repro commands are printed whole (the terminal wraps them); in a log they are
+wrapped at 80 columns, a repro with backslash continuations (its pasted lines rerun it).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from collections import defaultdict
 
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from kernelcheck.cases.grid import fmt_attr
-from kernelcheck.report.summary import PIPE_WIDTH, not_checked_lines, verdict_rest, verdict_word
+from kernelcheck.report.summary import not_checked_lines, verdict_rest, verdict_word
 from kernelcheck.results import CheckResult, Report
+from kernelcheck.wrap import fill, fill_command, log_width
 
 STYLE = {
     "pass": "green",
@@ -28,7 +30,8 @@ STYLE = {
     "skip": "dim",
 }
 
-VERDICT_STYLE = {"PASSED": "green", "FAILED": "bold red"}  # else (nothing, interrupted): yellow
+# else (nothing checked, interrupted): yellow
+VERDICT_STYLE = {"PASSED": "green", "FAILED": "bold red", "REGRESSED": "bold red"}
 
 LEGEND = (
     "worst: the largest error (accuracy: max |cand - gold|; precision: max error and its "
@@ -68,52 +71,63 @@ def headline(r: CheckResult) -> tuple[str, str]:
     return "", t.get("mode", "")
 
 
-def render_table(report: Report, console: Console, notes: list[str] | None = None) -> None:
+def render_table(
+    report: Report, console: Console, notes: list[str] | None = None, regressed: bool = False
+) -> None:
     """The tables, then each failure (message and repro), then ``notes`` (the shrink
-    results), then the verdict line."""
+    results, a baseline's diff), then the verdict line (``regressed``: worse than a
+    baseline). Names and messages are data, printed as :class:`~rich.text.Text`: never
+    read as markup or ``:emoji:`` codes (an input named ``x`` gives ``gradient:x:``).
+    Not on a terminal, every line is wrapped at 80 columns."""
     by_cand = defaultdict(list)
     for r in report.results:
         by_cand[r.candidate].append(r)
-    for cand, results in by_cand.items():
-        impl = results[0].implementation
-        title = f"{report.op} / {cand} on {report.device}" + (f" [{impl}]" if impl else "")
-        console.print(f"[bold]{escape(title)}[/]", highlight=False)
-        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
-        table.add_column("check", no_wrap=True)
-        table.add_column("status", no_wrap=True)
-        table.add_column("worst", justify="right", overflow="fold")
-        table.add_column("limit", justify="right", overflow="fold")
-        last = None
-        for r in results:
-            case = f"{r.dtype} {'x'.join(map(str, r.shape.values()))}"
-            case += "".join(f" {k}={fmt_attr(v)}" for k, v in r.attributes.items())
-            if case != last:
-                if last is not None:
-                    table.add_section()
-                table.add_row(f"[bold]{case}[/]", "", "", "")
-                last = case
-            worst, limit = headline(r)
-            table.add_row(f"  {r.check}", f"[{STYLE.get(r.status, '')}]{r.status}[/]", worst, limit)
-        console.print(table)
-    bad = [r for r in report.results if r.status not in ("pass", "skip")]
+    for results in by_cand.values():
+        console.print(Text(_title(report, results[0]), style="bold"))
+        console.print(_table(results))
+    width = log_width(console.is_terminal, console.width)
     if report.results:
-        console.print(f"[dim]{LEGEND}[/]", highlight=False)
-    for r in bad:
-        console.print(
-            f"[{STYLE[r.status]}]{r.status.upper()}[/] {r.case_id} {r.check}: " + escape(r.message),
-            highlight=False,
-            soft_wrap=True,
-        )
-        console.print(f"  repro: {escape(r.repro)}", highlight=False, soft_wrap=True)
+        console.print(Text(fill(LEGEND, width, ""), style="dim"))
+    for r in report.results:
+        if r.status in ("pass", "skip"):
+            continue
+        line = fill(f"{r.status.upper()} {r.case_id} {r.check}: {r.message}", width)
+        head, rest = line[: len(r.status)], line[len(r.status) :]
+        console.print(Text.assemble((head, STYLE[r.status]), rest), soft_wrap=True)
+        console.print(Text(fill_command(f"  repro: {r.repro}", width)), soft_wrap=True)
     for note in notes or []:
-        console.print(escape(note), highlight=False, soft_wrap=True)
-    # piped: wrapped at 80 columns whatever the table's width, so a log reads them whole
-    width = console.width if console.is_terminal else min(console.width, PIPE_WIDTH)
-    for line in not_checked_lines(report, width):
-        console.print(f"[dim]{escape(line)}[/]", highlight=False, soft_wrap=True)
-    word = verdict_word(report)
-    console.print(
-        f"[{VERDICT_STYLE.get(word, 'bold yellow')}]{word}[/]" + escape(verdict_rest(report)),
-        highlight=False,
-        soft_wrap=True,
-    )
+        wrap = fill_command if "kernelcheck run " in note else fill  # a shrunk repro
+        console.print(Text(wrap(note, width)), soft_wrap=True)
+    for line in not_checked_lines(report, width or console.width):
+        console.print(Text(line, style="dim"), soft_wrap=True)
+    word = verdict_word(report, regressed)
+    verdict = fill(word + verdict_rest(report), width)
+    style = VERDICT_STYLE.get(word, "bold yellow")
+    console.print(Text.assemble((word, style), verdict[len(word) :]), soft_wrap=True)
+
+
+def _title(report: Report, first: CheckResult) -> str:
+    impl = first.implementation
+    return f"{report.op} / {first.candidate} on {report.device}" + (f" [{impl}]" if impl else "")
+
+
+def _table(results: list[CheckResult]) -> Table:
+    """One candidate's rows: a bold case line heads each (dtype, shape, attributes)."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, expand=False)
+    table.add_column("check", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("worst", justify="right", overflow="fold")
+    table.add_column("limit", justify="right", overflow="fold")
+    last = None
+    for r in results:
+        case = f"{r.dtype} {'x'.join(map(str, r.shape.values()))}"
+        case += "".join(f" {k}={fmt_attr(v)}" for k, v in r.attributes.items())
+        if case != last:
+            if last is not None:
+                table.add_section()
+            table.add_row(Text(case, style="bold"), "", "", "")
+            last = case
+        worst, limit = headline(r)
+        status = Text(r.status, style=STYLE.get(r.status, ""))
+        table.add_row(Text(f"  {r.check}"), status, Text(worst), Text(limit))
+    return table

@@ -101,6 +101,8 @@ class Schedule:
         self.sharing = set(shared_groups(cases)) if folder is not None else set()
         self.keys = {g: k for k, g in enumerate(self.members)}
         self.on_start: Callable[[int], None] = lambda i: None
+        # a case ended: side by side, before it is given out (after every earlier case)
+        self.on_end: Callable[[int], None] = lambda i: None
         self.head = 0  # side by side: the first case not yet wholly given out
         self.slots: dict[int, _Slot] = {}
         self.done: set[int] = set()
@@ -121,6 +123,7 @@ class Schedule:
     def _finish(self, i: int) -> None:
         """Case ``i`` is done: its group's stored trials go once every case of it is."""
         self.done.add(i)
+        self.on_end(i)
         self.todo[self.cases[i].candidate].remove(i)
         g = group_of(self.cases[i])
         if g in self.sharing and all(j in self.done for j in self.members[g]):

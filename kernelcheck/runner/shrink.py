@@ -36,6 +36,9 @@ from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.load import Catalog
 
 SIMPLEST_FIRST = ("normal", "equal", "heavy", "masked", "lm", "large")
+# what a search makes smaller: a kernel's own failure. An ``error`` (the candidate raised,
+# a library is missing, a value it cannot take) is no failing input to make smaller.
+SHRINKABLE = ("fail", "timeout", "crash")
 CLASSIC_SIZES = (1, 2, 16, 257)
 
 
@@ -325,6 +328,11 @@ def format_shrink(o: ShrinkOutcome) -> str:
     )
 
 
+def shrinkable(r: CheckResult) -> bool:
+    """A kernel's own failure (no ``error``) of a check that a smaller case can show."""
+    return r.status in SHRINKABLE and getattr(CHECKS.get(r.check), "shrinkable", True)
+
+
 def shrink_failures(
     catalog: Catalog, plan, report, budget_s: float = 60.0
 ) -> dict[tuple[str, str], ShrinkOutcome]:
@@ -335,11 +343,7 @@ def shrink_failures(
     run with the plan's isolation and timeout. The outcomes are also recorded in
     ``report.extra["shrunk"]`` (the JSON summary), keyed ``"<case_id> <check>"``.
     """
-    failing = [
-        r
-        for r in report.results
-        if r.status not in ("pass", "skip") and getattr(CHECKS.get(r.check), "shrinkable", True)
-    ]
+    failing = [r for r in report.results if shrinkable(r)]
     first: dict[tuple, CheckResult] = {}
     for r in sorted(failing, key=lambda r: (_rows(plan.op, r.shape), sum(r.shape.values()))):
         first.setdefault((r.candidate, r.dtype, r.check), r)
@@ -365,4 +369,12 @@ def shrink_failures(
     return out
 
 
-__all__ = ["SIMPLEST_FIRST", "ShrinkOutcome", "format_shrink", "shrink", "shrink_failures"]
+__all__ = [
+    "SHRINKABLE",
+    "SIMPLEST_FIRST",
+    "ShrinkOutcome",
+    "format_shrink",
+    "shrink",
+    "shrink_failures",
+    "shrinkable",
+]

@@ -60,6 +60,20 @@ _OP_KEYS = {
     "candidate",
 }
 _ADDON_KEYS = {"op", "description", "candidate", "override"}
+_INPUT_KEYS = {
+    "name",
+    "shape",
+    "dtype",
+    "values",
+    "index_of",
+    "index_into",
+    "out_of_range_fraction",
+    "true_fraction",
+    "scale",
+    "when",
+    "related_to",
+    "perturbation",
+}
 _CANDIDATE_KEYS = {
     "name",
     "callable",
@@ -71,6 +85,21 @@ _CANDIDATE_KEYS = {
     "isolate",
     "bench_only",
     "in_range",
+}
+# The keys of each table below the top ("*": every entry of a table, "[]": every table
+# of an array), checked by name before any value is read: see _check_names.
+_TABLE_KEYS = {
+    "dims.*": {"default", "optional"},
+    "attributes.*": {"default", "sweep"},
+    "input[]": _INPUT_KEYS,
+    "output[]": {"name", "shape", "dtype"},
+    "backward": {"inputs"},
+    "contract": {"out_of_range", "masked", "must_raise"},
+    "contract.out_of_range": {"input", "values", "output", "outputs", "gradients"},
+    "contract.masked": {"mask", "outputs", "any_index"},
+    "contract.must_raise": {"input", "values", "where"},
+    "grid": {"dtypes", "shapes", "seeds", "distributions", "left_out"},
+    "candidate[]": _CANDIDATE_KEYS | {"op"},  # op: an add-on's, or its own op's name
 }
 
 
@@ -102,6 +131,8 @@ def load_catalog(paths: tuple[Path, ...] | list[Path] = (), builtin: bool = True
     files = sorted(builtin_spec_dir().glob("*.toml")) if builtin else []
     user = [Path(p).resolve() for p in paths]
     for path in user:
+        if path.is_dir():
+            raise SpecError(path, "", "is a directory, not a spec; give a .toml file")
         if not path.is_file():
             raise SpecError(path, "", "spec file not found")
     ops: dict[str, OpSpec] = {}
@@ -118,6 +149,7 @@ def load_catalog(paths: tuple[Path, ...] | list[Path] = (), builtin: bool = True
             )
         ops[op.name] = op
     for path, raw in addons:
+        _check_names(raw, path, addon=True)  # a misspelled name first, then the add-on
         ops = _apply_addon(ops, raw, path)
     return Catalog(ops=ops, user_specs=tuple(user))
 
@@ -154,10 +186,10 @@ def _add_candidates(op: OpSpec, extra: dict[str, CandidateSpec], path: Path) -> 
 
 
 def parse_op(raw: dict, path: Path) -> OpSpec:
-    _check_keys(raw, _OP_KEYS, path, "")
+    _check_names(raw, path)
     for key in ("op", "gold", "dims", "lead", "input", "output", "grid"):
         if key not in raw:
-            raise SpecError(path, key, "missing required key")
+            raise SpecError(path, key, f"missing required key{_WHOLE_OP}")
     name = _get(raw, "op", str, path, "")
     gold = _import_path(raw, "gold", path, "")
     reference = _import_path(raw, "reference", path, "") if "reference" in raw else None
@@ -232,6 +264,56 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
     )
     _check_in_range(op, op.candidates.values(), path)
     return op
+
+
+_WHOLE_OP = (
+    " (a spec declares a whole op: op, gold, dims, lead, input, output, grid; "
+    "or adds [[candidate]] tables to one)"
+)
+
+
+def _check_names(raw: dict, path: Path, addon: bool = False) -> None:
+    """Every table's and key's name, at every level, before any value is read or any key
+    required: a misspelled name gets its "did you mean?", rather than a confusing error
+    downstream (``[tolerance.forward_acuracy]`` in a spec without ``gold`` would say
+    that ``gold`` is missing)."""
+    from kernelcheck.checks import CHECKS
+
+    _check_keys(raw, _OP_KEYS | ({"override"} if addon else set()), path, "")
+    for where, allowed in _TABLE_KEYS.items():
+        for key, table in _tables_at(raw, where):
+            _check_keys(table, allowed, path, key)
+    tolerance = _dict(raw.get("tolerance"))
+    _check_keys(tolerance, set(tolerance_tables()), path, "tolerance", "tolerance table")
+    checks = _dict(raw.get("checks"))
+    _check_keys(checks, set(CHECKS), path, "checks", "check")
+    for name, conf in checks.items():
+        params = {*CHECKS[name].PARAMS, "enabled"}
+        _check_keys(_dict(conf), params, path, f"checks.{name}", "parameter")
+
+
+def _tables_at(raw: dict, where: str) -> list[tuple[str, dict]]:
+    """The tables at ``where`` (a ``_TABLE_KEYS`` pattern), each with its key; a value
+    of another type is the parser's to refuse later."""
+    found = [("", raw)]
+    for part in where.split("."):
+        name = part.rstrip("*[]")
+        step = []
+        for key, t in found:
+            at = f"{key}.{name}" if key else name
+            if part.endswith("[]"):
+                items = t.get(name) if isinstance(t.get(name), list) else []
+                step += [(f"{at}[{i}]", x) for i, x in enumerate(items)]
+            elif part == "*":
+                step += [(f"{key}.{k}", v) for k, v in t.items()]
+            else:
+                step.append((at, t.get(name)))
+        found = [(k, v) for k, v in step if isinstance(v, dict)]
+    return found
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def _check_switches(inputs, attributes: dict, grad_inputs, path: Path) -> None:
@@ -390,25 +472,7 @@ def _shape(value, path: Path, key: str, dims: dict[str, Dim]) -> tuple[str, ...]
 
 def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec:
     key = f"input[{i}]"
-    _check_keys(
-        t,
-        {
-            "name",
-            "shape",
-            "dtype",
-            "values",
-            "index_of",
-            "index_into",
-            "out_of_range_fraction",
-            "true_fraction",
-            "scale",
-            "when",
-            "related_to",
-            "perturbation",
-        },
-        path,
-        key,
-    )
+    _check_keys(t, _INPUT_KEYS, path, key)
     name = _get(t, "name", str, path, key)
     key = f"input.{name}"
     dtype = _get(t, "dtype", str, path, key, default="case")
@@ -967,11 +1031,11 @@ def _import_path(t: dict, key: str, path: Path, where: str) -> str:
     return value
 
 
-def _check_keys(t: dict, allowed: set[str], path: Path, where: str) -> None:
+def _check_keys(t: dict, allowed: set[str], path: Path, where: str, kind: str = "key") -> None:
     for key in t:
         if key not in allowed:
             full = f"{where}.{key}" if where else key
-            raise SpecError(path, full, _unknown("key", key, sorted(allowed)))
+            raise SpecError(path, full, _unknown(kind, key, sorted(allowed)))
 
 
 DEVICE_ALIASES = {"gpu": "cuda", "nvidia": "cuda", "ascend": "npu", "host": "cpu"}

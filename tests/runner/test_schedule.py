@@ -133,6 +133,28 @@ def test_one_candidates_cases_of_other_groups_run_side_by_side(tmp_path):
     assert [r for _, _, r in out if r is not None] == [(c.id, k) for c in cases for k in ("a", "b")]
 
 
+def test_a_case_that_ends_beside_a_running_one_is_heard_as_it_ends(tmp_path):
+    """Case 1 ends while case 0 still runs: ``on_end`` hears it then (its own time ends
+    there), though it is given out only after case 0. The slow case waits for that
+    ``on_end``: the order is forced, never a matter of speed."""
+    cases = [_case("slow", "fp32", 33), _case("fast", "bf16", 33)]
+    gate = threading.Event()
+    sched = Schedule(StandIn(gate=gate), None, cases, RunOptions(), None, budget=0, jobs=2)
+    events = []
+
+    def on_end(i):
+        events.append(("end", i))
+        if i == 1:
+            gate.set()
+
+    sched.on_end = on_end
+    for i, _, res in sched.run():
+        if res is None:
+            events.append(("out", i))
+    gate.set()
+    assert events == [("end", 1), ("end", 0), ("out", 0), ("out", 1)]
+
+
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
 def test_an_interrupt_keeps_results_obtained_beside_a_running_case(tmp_path):
     """Case 1 finishes while case 0 still runs: its results are held (plan order), and an

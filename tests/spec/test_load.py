@@ -165,7 +165,10 @@ BAD = [
         "contract.must_raise.values",
         "ints or 'dim+N'",
     ),
-    (LOGP_HEAD + "[attributes]\neps = { a = 1 }\n", "attributes.eps", "a number, bool or string"),
+    # a table's keys are checked by name first (a misspelled "default" gets its "did you
+    # mean"); a table without "default" says what an attribute holds
+    (LOGP_HEAD + "[attributes]\neps = { a = 1 }\n", "attributes.eps.a", "valid: default, sweep"),
+    (LOGP_HEAD + "[attributes]\neps = {}\n", "attributes.eps", "a number, bool or string"),
     (
         LOGP_HEAD + "[tolerance.forward_accuracy.lgop]\nfp32 = { atol = 1e-5 }\n",
         "tolerance.forward_accuracy.lgop",
@@ -521,3 +524,51 @@ def test_a_candidate_declares_ids_in_range():
 def test_a_candidate_may_name_its_own_op_in_the_ops_spec(tmp_path):
     own = LOGP_HEAD + '[[candidate]]\nop = "mini"\n' + CAND.format(name="a")
     assert "a" in load_catalog([write(tmp_path, own)], builtin=False).op("mini").candidates
+
+
+# A misspelled name, at any level of a spec, says "did you mean" before anything else:
+# in a spec that only overrides (no gold), it once ended in "gold: missing required key".
+MISSPELLED = [
+    ("[tolerance.forward_acuracy]\nfp32 = { atol = 1e-5 }", "tolerance.forward_acuracy",
+     "unknown tolerance table 'forward_acuracy' (did you mean 'forward_accuracy'?)"),
+    ("[tolerence.forward_accuracy]\nfp32 = { atol = 1e-5 }", "tolerence",
+     "(did you mean 'tolerance'?)"),
+    ("[checks.forward_invarance]\nenabled = false", "checks.forward_invarance",
+     "unknown check 'forward_invarance' (did you mean 'forward_invariance'?)"),
+    ("[checks.determinism]\nrepeat = 3", "checks.determinism.repeat",
+     "unknown parameter 'repeat' (did you mean 'repeats'?)"),
+    ("[contract.out_of_rnge]\ninput = 'x'", "contract.out_of_rnge",
+     "(did you mean 'out_of_range'?)"),
+    ("[contract.out_of_range]\ninpt = 'x'", "contract.out_of_range.inpt",
+     "(did you mean 'input'?)"),
+    ("[grid]\ndtype = ['fp32']", "grid.dtype", "(did you mean 'dtypes'?)"),
+    ("[dims.vocab]\ndefualt = 3", "dims.vocab.defualt", "(did you mean 'default'?)"),
+    ("[attributes.t]\ndefualt = 1.0", "attributes.t.defualt", "(did you mean 'default'?)"),
+    ("[[input]]\nnme = 'x'", "input[0].nme", "(did you mean 'name'?)"),
+    ("[[output]]\nshpe = ['batch']", "output[0].shpe", "(did you mean 'shape'?)"),
+    ("[backward]\ninput = ['x']", "backward.input", "(did you mean 'inputs'?)"),
+    ("[[candidate]]\nname = 'a'\ncallable = 'm:f'\ndevices = ['cpu']\n"
+     "[tolerance.forward_acuracy]\nfp32 = { atol = 1e-5 }", "tolerance.forward_acuracy",
+     "(did you mean 'forward_accuracy'?)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("body,key,fragment", MISSPELLED, ids=[m[1] for m in MISSPELLED])
+def test_a_misspelled_name_at_any_level_says_did_you_mean(tmp_path, body, key, fragment):
+    path = tmp_path / "mine.toml"
+    path.write_text(f'op = "logp"\n{body}\n')
+    with pytest.raises(SpecError) as err:
+        load_catalog([path])
+    assert err.value.key == key and fragment in err.value.problem, str(err.value)
+
+
+def test_a_spec_without_gold_says_what_a_spec_holds(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text('op = "logp"\n[tolerance.forward_accuracy]\nfp32 = { atol = 1e-5 }\n')
+    with pytest.raises(SpecError, match=r"gold: missing required key \(a spec declares a whole"):
+        load_catalog([path])
+
+
+def test_a_directory_is_no_spec_file(tmp_path):
+    with pytest.raises(SpecError, match="is a directory, not a spec; give a .toml file"):
+        load_catalog([tmp_path])
