@@ -349,7 +349,8 @@ def doctor(
     for name, lib in info["native_libraries"].items():
         parts = [f"native {name}: {lib['status']}", lib.get("path"), lib.get("reason")]
         if lib.get("isa"):
-            parts.append(f"({lib['isa']} build in use)")
+            note = f": {lib['isa_note']}" if lib.get("isa_note") else ""
+            parts.append(f"({lib['isa']} build in use{note})")
         console.print(" ".join(p for p in parts if p), highlight=False)
     for name, lib in info["verifier_libraries"].items():
         parts = [f"helper {name}: {lib['status']}", lib.get("path"), lib.get("reason")]
