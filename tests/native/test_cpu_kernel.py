@@ -118,6 +118,46 @@ def test_every_build_gives_the_portable_bits(dtype):
             _assert_same_bits(want, _bits_per_view(vocab, dtype), (isa, vocab))
 
 
+def _tie_patterns() -> torch.Tensor:
+    """fp32 values with every upper half of the bits and low halves at the rounding edges of
+    bf16 (bit 15 and below) and fp16 (bit 12 and below: ties, one off either side)."""
+    upper = torch.arange(1 << 16, dtype=torch.int64) << 16
+    lower = torch.tensor([0, 1, 0x0FFF, 0x1000, 0x1001, 0x3000, 0x7FFF, 0x8000, 0x8001, 0xFFFF])
+    bits = (upper[:, None] | lower[None, :]).flatten()
+    return (bits - (bits >> 31 << 32)).to(torch.int32).view(torch.float32)  # as signed int32
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=str)
+def test_every_build_converts_16_bit_floats_alike(dtype):
+    """Rounding to bf16/fp16 and decoding them, the same in every build: rows [0, 0] have p =
+    1/2 exactly, so the gradient is +-g/2 exactly and the kernel's own rounding of g/2 is what
+    comes out, for g/2 at every tie, overflow, subnormal and NaN pattern; rows [h, 0] decode
+    every 16-bit pattern h (NaN and inf included; 8 columns: the x86 builds' vector decode)
+    into the output, which must be the fp32 kernel's on torch's decoding of h."""
+    builds = _builds_here()
+    half_g = _tie_patterns()
+    x = torch.zeros(half_g.numel(), 2, dtype=dtype)
+    t = torch.zeros(half_g.numel(), dtype=torch.int64)
+    every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
+    xh = torch.zeros(every.numel(), 8, dtype=dtype)
+    xh[:, 0] = every
+    got = {}
+    for isa in builds:
+        cpu.set_isa(isa)
+        xr = x.clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(cpu.logp(xr, t), xr, half_g * 2)
+        th = t[: xh.shape[0]]
+        got[isa] = (R.bits(grad), R.bits(cpu.logp(xh, th)))
+        assert torch.equal(got[isa][1], R.bits(cpu.logp(xh.float(), th))), (isa, "decoding")
+    for isa in builds[1:]:
+        assert torch.equal(got["portable"][0], got[isa][0]), (isa, "rounding")
+        assert torch.equal(got["portable"][1], got[isa][1]), (isa, "decoding")
+    # where 2g does not overflow, the rounding is torch's (round to nearest even)
+    finite = (half_g.abs() < 1e38) & ~half_g.isnan()
+    want = half_g[finite].to(dtype)
+    assert torch.equal(R.bits(got["portable"][0][finite, 0]), R.bits(want))
+
+
 def test_isa_choice(monkeypatch):
     """The fastest build this CPU runs is the default; an unknown name is refused; the portable
     build always runs; one the CPU or the build lacks is refused, saying which."""
