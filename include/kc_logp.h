@@ -67,12 +67,20 @@ KC_API int kc_logp_backward(int dtype, const void* logits, const int64_t* target
  * CUDA: no-op returning KC_OK. Results never depend on this setting. */
 KC_API int kc_set_num_threads(int n);
 
-/* CPU library only: which build of the row loops runs. KC_CPU_ISA_AVX2 and KC_CPU_ISA_AVX512
- * compute the same bits (AVX-512 covers 16 lanes per instruction instead of 8). 0 = the best
- * this CPU has (the default). kc_cpu_set_isa returns KC_ERR_DEVICE for AVX-512 where the CPU
- * or the build lacks it, KC_ERR_SHAPE for an unknown value; kc_cpu_isa returns the one in use. */
-enum kc_cpu_isa { KC_CPU_ISA_AVX2 = 1, KC_CPU_ISA_AVX512 = 2 };
+/* CPU library only: which build of the row loops runs. KC_CPU_ISA_PORTABLE (plain C++, every
+ * CPU; the only build on ARM), KC_CPU_ISA_AVX2 and KC_CPU_ISA_AVX512 (x86 builds) compute the same
+ * bits; only the speed differs. 0 = the best this CPU has (the default). kc_cpu_set_isa returns
+ * KC_ERR_DEVICE where the CPU or the build lacks it, KC_ERR_SHAPE for an unknown value;
+ * kc_cpu_isa returns the one in use; kc_cpu_isa_support says whether one can run here
+ * (enum kc_cpu_isa_support; -1 for an unknown value). */
+enum kc_cpu_isa { KC_CPU_ISA_AVX2 = 1, KC_CPU_ISA_AVX512 = 2, KC_CPU_ISA_PORTABLE = 3 };
+enum kc_cpu_isa_support {
+  KC_CPU_ISA_RUNS = 0,      /* built in, and this CPU has it */
+  KC_CPU_ISA_NOT_BUILT = 1, /* not in this library (not an x86 build, or the compiler lacks it) */
+  KC_CPU_ISA_CPU_LACKS = 2  /* built in, but this CPU lacks the instructions */
+};
 KC_API int kc_cpu_set_isa(int isa);
+KC_API int kc_cpu_isa_support(int isa);
 KC_API int kc_cpu_isa(void);
 
 /* CUDA library only: cudaGetDeviceCount() result, or -1 on any error (e.g. no driver). */

@@ -489,16 +489,16 @@ def describe(catalog: Catalog) -> dict:
 
 
 def _with_cpu_isa(status: dict) -> dict:
-    """The cpu library's status plus which build runs (avx2 or avx512), when it can run,
-    and why the candidate cannot (a bad ``KERNELCHECK_CPU_ISA``)."""
+    """The cpu library's status plus which build runs (portable, avx2 or avx512) and why not
+    a faster one, when it can run, and why the candidate cannot (a bad ``KERNELCHECK_CPU_ISA``)."""
     if status["status"] != "available":
         return status
     from kernelcheck.candidates.native import cpu
 
-    info = {**status, "isa": cpu.isa()}
+    info = {**status, "isa": cpu.isa(), "isa_note": cpu.isa_note()}
     problem = cpu.probe("cpu")
-    if problem:
-        info["reason"] = problem
+    if problem:  # the reason says it all
+        info.update(reason=problem, isa_note=None)
     return info
 
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "compare_rows.h"
+#include "kc_cpu_features.h"
 
 #define KC_API extern "C" __attribute__((visibility("default")))
 
@@ -60,7 +61,7 @@ void over_rows(int64_t rows, int64_t nt, Fn fn) {
 #if defined(KC_METRICS_HAVE_AVX2) && (defined(__x86_64__) || defined(__i386__))
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && kc_cpu_has_f16c();  // asked of the CPU (cpuid)
 }
 std::atomic<bool> g_avx2{cpu_has_avx2()};
 #else

@@ -210,10 +210,26 @@ def test_doctor_json_has_native_libraries():
         )
     assert data["devices"]["cpu"]["available"] is True
     if libs["cpu"]["status"] == "available":  # which build of the cpu kernel runs here
-        assert libs["cpu"]["isa"] in ("avx2", "avx512")
+        assert libs["cpu"]["isa"] in ("portable", "avx2", "avx512")
     helpers = data["verifier_libraries"]  # kernelcheck's own: the metrics loop, the keeper
     assert set(helpers) == {"metrics", "keep_large"}
     assert all(h["status"] in ("available", "missing", "off") for h in helpers.values())
+
+
+def test_doctor_says_which_cpu_build_runs_and_why():
+    """KERNELCHECK_CPU_ISA=portable: doctor names the build and the setting that chose it; a
+    build that cannot run here is one line that says why."""
+    p = kc("doctor", env={"KERNELCHECK_CPU_ISA": "portable"})
+    assert p.returncode == 0
+    line = next(x for x in p.stdout.splitlines() if x.startswith("native cpu:"))
+    if line.startswith("native cpu: available"):
+        assert line.endswith("(portable build in use: KERNELCHECK_CPU_ISA=portable)")
+    p = kc("doctor", "--format", "json", env={"KERNELCHECK_CPU_ISA": "sse2"})
+    lib = json.loads(p.stdout)["native_libraries"]["cpu"]
+    if lib["status"] == "available":
+        assert lib["reason"] == (
+            "KERNELCHECK_CPU_ISA: unknown instruction set 'sse2' (one of portable, avx2, avx512)"
+        )
 
 
 def test_torch_npu_without_cann_leaves_kernelcheck_working(tmp_path):

@@ -20,7 +20,7 @@ import torch
 
 from kernelcheck.candidates.native import library
 
-FILENAME = "libkc_metrics_cpu.so"
+FILENAME = library.shared_library_name("kc_metrics_cpu")
 ABI_VERSION = 1
 MIN_ELEMENTS = 1 << 16  # smaller chunks stay with torch: a thread start costs more there
 FORCE_TORCH_ENV = "KERNELCHECK_TORCH_METRICS"

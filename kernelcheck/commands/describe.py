@@ -60,7 +60,8 @@ def render_doctor(info: dict, console: Console) -> None:
         for name, lib in libs.items():
             parts = [lib.get("path"), lib.get("reason")]
             if lib.get("isa"):
-                parts.append(f"({lib['isa']} {build} in use)")
+                note = f": {lib['isa_note']}" if lib.get("isa_note") else ""
+                parts.append(f"({lib['isa']} {build} in use{note})")
             rest = " ".join(p for p in parts if p)
             say(console, f"{kind} {name}: {lib['status']}", f" {rest}" if rest else "")
     npu = info["npu_stack"]

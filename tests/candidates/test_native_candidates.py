@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from kernelcheck import api
@@ -16,18 +21,50 @@ def cpu_ready(catalog):
         pytest.skip(f"cpu candidate cannot run: {reason}")
 
 
+@pytest.fixture(params=["native", pytest.param("portable", marks=pytest.mark.slow)])
+def cpu_isa(request, cpu_ready, monkeypatch):
+    """The build that runs: the fastest this CPU has, and the portable one (ARM's), chosen
+    through KERNELCHECK_CPU_ISA as a user does (isolated workers inherit it)."""
+    from kernelcheck.candidates.native import cpu
+
+    if request.param == "portable":
+        monkeypatch.setenv(cpu.ISA_ENV, "portable")
+    else:
+        monkeypatch.delenv(cpu.ISA_ENV, raising=False)
+    monkeypatch.setattr(cpu, "_env_applied", False)
+    cpu.set_isa(None)  # then the environment, at the first call
+    monkeypatch.setattr(cpu, "_env_applied", False)
+    yield cpu.isa()
+    monkeypatch.undo()
+    cpu.set_isa(None)
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
-def test_cpu_kernel_passes_every_check(catalog, cpu_ready, dtype):
+def test_cpu_kernel_passes_every_check(catalog, cpu_isa, dtype):
     report = api.run(catalog, "logp", candidate_names=["cpu"], device="cpu", dtype_names=dtype,
                      shape={"batch": 3, "seq": 5, "vocab": 4099}, seeds=[0])  # fmt: skip
     results = {r.check: r for r in report.results}
     assert set(results) == set(CHECKS)
     assert {k: r.message for k, r in results.items() if r.status != "pass"} == {}
-    from kernelcheck.candidates.native import cpu
-
-    impl = f"native:cpu-{cpu.isa()}"  # the build that ran: avx2, or avx512 where the CPU has it
-    assert impl in ("native:cpu-avx2", "native:cpu-avx512")
+    impl = f"native:cpu-{cpu_isa}"  # the build that ran: portable, avx2 or avx512
+    assert impl in ("native:cpu-portable", "native:cpu-avx2", "native:cpu-avx512")
     assert all(r.implementation == impl for r in results.values())
+
+
+@pytest.mark.slow
+def test_portable_cpu_kernel_passes_the_default_grid(cpu_ready, tmp_path):
+    """``KERNELCHECK_CPU_ISA=portable kernelcheck run --op logp --candidate cpu``: the shipped
+    grid, Qwen3 vocab included, as an ARM machine runs it (about 8 min on 2 busy cores)."""
+    out = tmp_path / "report.json"
+    env = {**os.environ, "KERNELCHECK_CPU_ISA": "portable"}
+    command = [sys.executable, "-m", "kernelcheck", "run", "--op", "logp", "--candidate", "cpu",
+               "--device", "cpu", "--format", "plain", "--json-out", str(out)]  # fmt: skip
+    proc = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert {r["implementation"] for r in results} == {"native:cpu-portable"}
+    assert {r["status"] for r in results if r["status"] != "pass"} <= {"skip"}
+    assert {r["shape"]["vocab"] for r in results if r["status"] == "pass"} >= {151936}
 
 
 def test_cpu_kernel_is_bitwise_the_same_for_any_thread_count(catalog, cpu_ready):

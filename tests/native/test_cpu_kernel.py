@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import ctypes
 import math
+import platform
+from pathlib import Path
 
 import native_ref as R
 import pytest
 import torch
+from native_build import cmake_build
 
 from kernelcheck.candidates.native import cpu, library
 
@@ -37,15 +40,15 @@ def _restore_threads():
     cpu.set_isa(None)
 
 
-def _has_avx512() -> str | None:
-    """None where the AVX-512 build can run here, else why not."""
-    try:
-        cpu.set_isa("avx512")
-    except RuntimeError as exc:
-        return str(exc)
-    finally:
-        cpu.set_isa(None)
-    return None
+X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+# vocab sizes that leave every remainder of a lane group, of 8 and of a 2048-column chunk
+# (1, 3, 7, 15 ... 65: partial groups; 2047-2049: chunk edges), and the Qwen3 vocab
+ODD_VOCABS = (1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 1000, 2047, 2048, 2049, 4097, 151936)
+
+
+def _builds_here() -> list[str]:
+    """The builds of the library that can run on this CPU, portable first."""
+    return [name for name in cpu.ISAS if cpu.why_not(name) is None]
 
 
 def _special_logits(rows: int, vocab: int, dtype, seed: int) -> torch.Tensor:
@@ -57,8 +60,8 @@ def _special_logits(rows: int, vocab: int, dtype, seed: int) -> torch.Tensor:
     x[1, ::7] = float("-inf")
     x[2, vocab // 2] = float("nan")
     if vocab > 2037:  # NaNs of both signs in lane 5, one in the first chunk's last group
-        x[2, 5] = float("nan")  # (columns 2032-2047): which one the row max keeps, and so
-        x[2, 2037] = -x[2, 5]  # which one comes out, is max's operand order
+        x[2, 5] = float("nan")  # (columns 2032-2047): which one the row max keeps is max's
+        x[2, 2037] = -x[2, 5]  # operand order; every NaN result is the canonical NaN
     x[3] = float("-inf")
     x[4, 0] = big
     x[5] += 6e4 if dtype == torch.float16 else 1e4
@@ -67,54 +70,113 @@ def _special_logits(rows: int, vocab: int, dtype, seed: int) -> torch.Tensor:
     return x
 
 
+def _bits_per_view(vocab: int, dtype) -> dict:
+    """Output and gradient bits of the build in use, for the special logits of ``vocab`` as
+    contiguous, misaligned and strided rows."""
+    rows = 11 if vocab > 20000 else 37
+    if vocab > 8:
+        x = _special_logits(rows, vocab, dtype, seed=vocab)
+    else:
+        x = _logits(rows, vocab, dtype)
+    t = R.make_targets(rows, vocab, _gen(vocab))
+    g = torch.randn(rows, generator=_gen(2))
+    strided = torch.empty(rows, vocab + 5, dtype=dtype)[:, 2 : 2 + vocab]
+    strided.copy_(x)
+    views = {"contiguous": x, "misaligned": R.misaligned_copy(x, 3), "strided": strided}
+    got = {}
+    for name, v in views.items():
+        xr = v.detach().requires_grad_(True)  # same storage: the misalignment stays
+        out = cpu.logp(xr, t)
+        (grad,) = torch.autograd.grad(out, xr, g)
+        got[name] = (R.bits(out), R.bits(grad))
+    return got
+
+
+def _assert_same_bits(want: dict, got: dict, what) -> None:
+    for name in want:
+        assert torch.equal(want[name][0], got[name][0]), (*what, name, "forward")
+        assert torch.equal(want[name][1], got[name][1]), (*what, name, "backward")
+
+
 @pytest.mark.parametrize("dtype", R.DTYPES, ids=str)
-def test_avx512_build_gives_the_avx2_bits(dtype):
-    """The AVX-512 build is the AVX2 one with 16 lanes per instruction: every output and
-    gradient bit the same, for every vocab shape (partial chunks and lane groups), special
-    values, strided and misaligned rows. This is what lets the CPU pick the build."""
-    reason = _has_avx512()
-    if reason:
-        pytest.skip(f"AVX-512 build cannot run here: {reason}")
-    for vocab in (1, 15, 16, 17, 33, 2047, 2048, 2049, 4097, 10000, 151936):
-        rows = 11 if vocab > 20000 else 37
-        x = (
-            _special_logits(rows, vocab, dtype, seed=vocab)
-            if vocab > 8
-            else _logits(rows, vocab, dtype)
-        )
-        t = R.make_targets(rows, vocab, _gen(vocab))
-        g = torch.randn(rows, generator=_gen(2))
-        strided = torch.empty(rows, vocab + 5, dtype=dtype)[:, 2 : 2 + vocab]
-        strided.copy_(x)
-        views = {"contiguous": x, "misaligned": R.misaligned_copy(x, 3), "strided": strided}
-        got = {}
-        for isa in ("avx2", "avx512"):
+def test_every_build_gives_the_portable_bits(dtype):
+    """The AVX2 and AVX-512 builds (where this CPU runs them) are the portable one with 8 or 16
+    lanes per instruction: every output and gradient bit the same, for every vocab remainder
+    (partial lane groups and chunks), the Qwen3 vocab, special values (NaN, -inf, the dtype's
+    max, subnormal gaps), strided and misaligned rows. This is what lets the CPU pick the build,
+    and what an ARM machine (portable only) gives."""
+    builds = _builds_here()
+    assert builds[0] == "portable"
+    if len(builds) == 1:
+        pytest.skip("only the portable build runs here: nothing to compare it with")
+    for vocab in ODD_VOCABS:
+        cpu.set_isa("portable")
+        want = _bits_per_view(vocab, dtype)
+        for isa in builds[1:]:
             cpu.set_isa(isa)
             assert cpu.isa() == isa
-            for name, v in views.items():
-                xr = v.detach().requires_grad_(True)  # same storage: the misalignment stays
-                out = cpu.logp(xr, t)
-                (grad,) = torch.autograd.grad(out, xr, g)
-                got[isa, name] = (R.bits(out), R.bits(grad))
-        for name in views:
-            a, b = got["avx2", name], got["avx512", name]
-            assert torch.equal(a[0], b[0]), (vocab, name, "forward")
-            assert torch.equal(a[1], b[1]), (vocab, name, "backward")
+            _assert_same_bits(want, _bits_per_view(vocab, dtype), (isa, vocab))
+
+
+def _tie_patterns() -> torch.Tensor:
+    """fp32 values with every upper half of the bits and low halves at the rounding edges of
+    bf16 (bit 15 and below) and fp16 (bit 12 and below: ties, one off either side)."""
+    upper = torch.arange(1 << 16, dtype=torch.int64) << 16
+    lower = torch.tensor([0, 1, 0x0FFF, 0x1000, 0x1001, 0x3000, 0x7FFF, 0x8000, 0x8001, 0xFFFF])
+    bits = (upper[:, None] | lower[None, :]).flatten()
+    return (bits - (bits >> 31 << 32)).to(torch.int32).view(torch.float32)  # as signed int32
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=str)
+def test_every_build_converts_16_bit_floats_alike(dtype):
+    """Rounding to bf16/fp16 and decoding them, the same in every build: rows [0, 0] have p =
+    1/2 exactly, so the gradient is +-g/2 exactly and the kernel's own rounding of g/2 is what
+    comes out, for g/2 at every tie, overflow, subnormal and NaN pattern; rows [h, 0] decode
+    every 16-bit pattern h (NaN and inf included; 8 columns: the x86 builds' vector decode)
+    into the output, which must be the fp32 kernel's on torch's decoding of h."""
+    builds = _builds_here()
+    half_g = _tie_patterns()
+    x = torch.zeros(half_g.numel(), 2, dtype=dtype)
+    t = torch.zeros(half_g.numel(), dtype=torch.int64)
+    every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
+    xh = torch.zeros(every.numel(), 8, dtype=dtype)
+    xh[:, 0] = every
+    got = {}
+    for isa in builds:
+        cpu.set_isa(isa)
+        xr = x.clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(cpu.logp(xr, t), xr, half_g * 2)
+        th = t[: xh.shape[0]]
+        got[isa] = (R.bits(grad), R.bits(cpu.logp(xh, th)))
+        assert torch.equal(got[isa][1], R.bits(cpu.logp(xh.float(), th))), (isa, "decoding")
+    for isa in builds[1:]:
+        assert torch.equal(got["portable"][0], got[isa][0]), (isa, "rounding")
+        assert torch.equal(got["portable"][1], got[isa][1]), (isa, "decoding")
+    # where 2g does not overflow, the rounding is torch's (round to nearest even)
+    finite = (half_g.abs() < 1e38) & ~half_g.isnan()
+    want = half_g[finite].to(dtype)
+    assert torch.equal(R.bits(got["portable"][0][finite, 0]), R.bits(want))
 
 
 def test_isa_choice(monkeypatch):
-    """The best build runs by default; an unknown name is refused; AVX2 always runs."""
+    """The fastest build this CPU runs is the default; an unknown name is refused; the portable
+    build always runs; one the CPU or the build lacks is refused, saying which."""
     monkeypatch.delenv(cpu.ISA_ENV, raising=False)
     monkeypatch.setattr(cpu, "_env_applied", False)
     cpu.set_isa(None)
     default = cpu.isa()
-    assert default == ("avx512" if _has_avx512() is None else "avx2")
-    cpu.set_isa("avx2")
-    assert cpu.isa() == "avx2"
+    assert default == _builds_here()[-1]
+    for name in ("portable", default):
+        cpu.set_isa(name)
+        assert cpu.isa() == name
     cpu.set_isa(None)
     assert cpu.isa() == default
     with pytest.raises(ValueError):
         cpu.set_isa("sse2")
+    for name in set(cpu.ISAS) - set(_builds_here()):
+        with pytest.raises(RuntimeError, match=f"^{name} not available: this (CPU|library)"):
+            cpu.set_isa(name)
+        assert cpu.isa() == default
 
 
 def test_isa_from_the_environment(monkeypatch):
@@ -122,17 +184,79 @@ def test_isa_from_the_environment(monkeypatch):
     candidate unavailable with the reason, at every probe, instead of failing its calls;
     an explicit set_isa wins over it."""
     monkeypatch.setattr(cpu, "_env_applied", False)
-    monkeypatch.setenv(cpu.ISA_ENV, "avx2")
-    assert cpu.probe("cpu") is None and cpu.isa() == "avx2"
-    assert cpu.IMPLEMENTATION == "native:cpu-avx2"
+    monkeypatch.setenv(cpu.ISA_ENV, "portable")
+    assert cpu.probe("cpu") is None and cpu.isa() == "portable"
+    assert cpu.IMPLEMENTATION == "native:cpu-portable"
+    assert cpu.isa_note() == "KERNELCHECK_CPU_ISA=portable"
     monkeypatch.setattr(cpu, "_env_applied", False)
     monkeypatch.setenv(cpu.ISA_ENV, "sse2")
     for _ in range(2):  # not only the first time
         reason = cpu.probe("cpu")
         assert reason.startswith("KERNELCHECK_CPU_ISA: unknown instruction set 'sse2'")
     assert cpu.IMPLEMENTATION == "native:cpu"  # no exception where the loader reads it
-    cpu.set_isa("avx2")  # an explicit choice
-    assert cpu.probe("cpu") is None and cpu.isa() == "avx2"
+    lacking = [name for name in cpu.ISAS if name not in _builds_here()]
+    if lacking:  # a build this CPU (or this library) cannot run: one line that says why
+        monkeypatch.setattr(cpu, "_env_applied", False)
+        name = lacking[0]
+        monkeypatch.setenv(cpu.ISA_ENV, name)
+        reason = cpu.probe("cpu")
+        assert reason == f"KERNELCHECK_CPU_ISA: {name} not available: {cpu.why_not(name)}"
+    cpu.set_isa("portable")  # an explicit choice
+    assert cpu.probe("cpu") is None and cpu.isa() == "portable"
+
+
+def test_the_build_is_chosen_by_asking_the_cpu(monkeypatch):
+    """Which build runs, and whether the library can run at all, comes from the CPU itself
+    (cpuid, in the library), never from /proc/cpuinfo: a /proc/cpuinfo that lists no AVX2
+    (as a container may show another machine's) changes nothing."""
+    import pathlib
+
+    real = pathlib.Path.read_text
+
+    def fake(path, *args, **kwargs):
+        if str(path) == "/proc/cpuinfo":
+            return "processor\t: 0\nflags\t\t: fpu sse sse2\n"
+        return real(path, *args, **kwargs)
+
+    cpu.set_isa(None)
+    best = cpu.isa()
+    monkeypatch.setattr(pathlib.Path, "read_text", fake)
+    st = library.library_status("cpu")
+    assert st["status"] == "available", st["reason"]
+    cpu.set_isa(None)
+    assert cpu.isa() == best
+    if X86:
+        lib = library.load("cpu")
+        assert (cpu.why_not("avx2") is None) == (lib.kc_cpu_isa_support(1) == 0)
+
+
+@pytest.fixture(scope="module")
+def portable_only_dir(tmp_path_factory) -> Path:
+    """libkc_logp_cpu built as ARM gets it: the portable build only (KC_CPU_X86_BUILDS=OFF)."""
+    build = tmp_path_factory.mktemp("kc_cpu_portable_only")
+    cmake_build(build, "kc_logp_cpu", "-DKC_BUILD_CUDA=OFF", "-DCMAKE_BUILD_TYPE=Release",
+                "-DKC_CPU_X86_BUILDS=OFF")  # fmt: skip
+    return build
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not X86, reason="x86 only: elsewhere every build is the portable one")
+def test_the_portable_only_library_gives_the_native_bits(portable_only_dir, monkeypatch):
+    """The library as an ARM machine builds it (no ISA flags anywhere, no x86 build inside)
+    gives the bits of this machine's fastest build, in every dtype, forward and backward, at
+    odd vocab sizes and the Qwen3 vocab; it says why it has no AVX2 build."""
+    cpu.set_isa(None)
+    native = cpu.isa()
+    vocabs = (1, 17, 2049, 151936)
+    want = {(v, d): _bits_per_view(v, d) for v in vocabs for d in R.DTYPES}
+    monkeypatch.setenv(library.ENV_DIR, str(portable_only_dir))
+    monkeypatch.delenv(cpu.ISA_ENV, raising=False)
+    assert Path(library.library_status("cpu")["path"]).parent == portable_only_dir
+    assert cpu.isa() == "portable" and cpu.isa_note().startswith("avx2: this library has no")
+    with pytest.raises(RuntimeError, match="avx2 not available: this library has no avx2 build"):
+        cpu.set_isa("avx2")
+    for (vocab, dtype), bits in want.items():
+        _assert_same_bits(bits, _bits_per_view(vocab, dtype), (native, vocab, dtype))
 
 
 def test_probe_and_status():

@@ -1,9 +1,11 @@
-"""The ``native-cpu`` candidate: libkc_logp_cpu (deterministic AVX2 / AVX-512) through ctypes.
+"""The ``native-cpu`` candidate: libkc_logp_cpu (deterministic, any CPU) through ctypes.
 
-The library holds two builds of the same row loops, AVX2 and AVX-512 (one 16-lane register
-where AVX2 takes two 8-lane ones), which give the same bits; the best the CPU has runs
-unless :func:`set_isa` or ``KERNELCHECK_CPU_ISA=avx2|avx512`` (read at the first call) says
-otherwise. ``IMPLEMENTATION`` names the one in use.
+The library holds up to three builds of the same row loops, which give the same bits:
+portable (plain C++, every CPU; the only one on ARM), and on x86 AVX2 and AVX-512 (one
+16-lane register where AVX2 takes two 8-lane ones). The library asks the CPU (cpuid) which
+it can run and runs the fastest, unless :func:`set_isa` or
+``KERNELCHECK_CPU_ISA=portable|avx2|avx512`` (read at the first call) says otherwise.
+``IMPLEMENTATION`` names the one in use.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import torch
 from kernelcheck.candidates.native import _common, library
 
 BACKEND = "cpu"
-ISAS = {"avx2": 1, "avx512": 2}  # enum kc_cpu_isa
+ISAS = {"portable": 3, "avx2": 1, "avx512": 2}  # enum kc_cpu_isa, slowest first
 ISA_ENV = "KERNELCHECK_CPU_ISA"
-_KC_ERR_DEVICE = 5
+_NOT_BUILT, _CPU_LACKS = 1, 2  # enum kc_cpu_isa_support (0: it runs here)
+_NEEDS = {"avx2": "AVX2, FMA and F16C", "avx512": "AVX-512F"}
 _env_applied = False
 
 
@@ -80,29 +83,45 @@ def set_num_threads(n: int) -> None:
 
 
 def isa() -> str:
-    """The instruction set the kernel runs with here (``avx2`` or ``avx512``)."""
+    """The build the kernel runs with here (``portable``, ``avx2`` or ``avx512``)."""
     _env_isa_problem()  # a bad KERNELCHECK_CPU_ISA leaves the default; the probe says why
-    lib = library.load(BACKEND)
-    if not hasattr(lib, "kc_cpu_isa"):
-        return "avx2"  # a library built before the AVX-512 unit
-    code = lib.kc_cpu_isa()
+    code = library.load(BACKEND).kc_cpu_isa()
     return next((name for name, c in ISAS.items() if c == code), f"isa {code}")
 
 
+def why_not(name: str) -> str | None:
+    """Why the build ``name`` cannot run here, as the library says (None: it can)."""
+    support = library.load(BACKEND).kc_cpu_isa_support(ISAS[name])
+    if support == _NOT_BUILT:
+        return f"this library has no {name} build (x86 only, where the compiler can build it)"
+    if support == _CPU_LACKS:
+        return f"this CPU lacks {_NEEDS[name]}"
+    return None
+
+
+def isa_note() -> str | None:
+    """Why the build in use runs rather than a faster one (for ``kernelcheck doctor``): the
+    environment chose it, or what the faster ones lack here. None for the fastest."""
+    names = list(ISAS)
+    faster = names[names.index(isa()) + 1 :] if isa() in names else []
+    chosen = os.environ.get(ISA_ENV, "").strip()
+    if chosen and _env_isa_problem() is None:
+        return f"{ISA_ENV}={chosen}"
+    lacks = [f"{name}: {why}" for name in faster if (why := why_not(name))]
+    return "; ".join(lacks) or None
+
+
 def set_isa(name: str | None) -> None:
-    """Run the AVX2 or the AVX-512 build (``None``: the best this CPU has). The bits are the
-    same; only the speed differs. Raises ``RuntimeError`` where the CPU or build lacks it."""
+    """Run the portable, AVX2 or AVX-512 build (``None``: the fastest this CPU runs). The bits
+    are the same; only the speed differs. Raises ``RuntimeError`` where the CPU or the build
+    lacks it, ``ValueError`` for an unknown name."""
     if name is not None and name not in ISAS:
         raise ValueError(f"unknown instruction set {name!r} (one of {', '.join(ISAS)})")
+    why = why_not(name) if name is not None else None
+    if why:
+        raise RuntimeError(f"{name} not available: {why}")
     lib = library.load(BACKEND)
-    if not hasattr(lib, "kc_cpu_set_isa"):
-        if name in (None, "avx2"):
-            _mark_applied()
-            return
-        raise RuntimeError("this libkc_logp_cpu has no AVX-512 build (rebuild it)")
     status = lib.kc_cpu_set_isa(0 if name is None else ISAS[name])
-    if status == _KC_ERR_DEVICE:
-        raise RuntimeError(f"{name} not available: this CPU or this build lacks AVX-512F")
     if status != library.KC_OK:
         raise RuntimeError(f"kc_cpu_set_isa failed: {library.status_string(lib, status)}")
     _mark_applied()  # an explicit choice wins over the environment

@@ -44,11 +44,16 @@ class NativeLibraryError(RuntimeError):
 def library_filename(backend: str) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"unknown native backend {backend!r} (expected one of {BACKENDS})")
+    return shared_library_name(f"kc_logp_{backend}")
+
+
+def shared_library_name(stem: str) -> str:
+    """The file CMake makes of the shared library ``stem`` on this platform."""
     if sys.platform == "win32":
-        return f"kc_logp_{backend}.dll"
+        return f"{stem}.dll"
     if sys.platform == "darwin":
-        return f"libkc_logp_{backend}.dylib"
-    return f"libkc_logp_{backend}.so"
+        return f"lib{stem}.dylib"
+    return f"lib{stem}.so"
 
 
 def search_dirs() -> list[Path]:
@@ -110,11 +115,12 @@ def _declare(lib: ctypes.CDLL, backend: str) -> None:
     lib.kc_logp_backward.argtypes = [c_int, c_vp, c_vp, c_vp, c_vp, c_i64, c_i64, c_i64, c_vp]
     lib.kc_set_num_threads.restype = c_int
     lib.kc_set_num_threads.argtypes = [c_int]
-    if backend == "cpu" and hasattr(lib, "kc_cpu_isa"):
-        lib.kc_cpu_set_isa.restype = c_int
-        lib.kc_cpu_set_isa.argtypes = [c_int]
-        lib.kc_cpu_isa.restype = c_int
-        lib.kc_cpu_isa.argtypes = []
+    if backend == "cpu":
+        for name in ("kc_cpu_set_isa", "kc_cpu_isa_support", "kc_cpu_isa"):
+            fn = getattr(lib, name, None)  # absent in an outdated build (library_status)
+            if fn is not None:
+                fn.restype = c_int
+                fn.argtypes = [] if name == "kc_cpu_isa" else [c_int]
     if backend == "cuda":
         lib.kc_cuda_device_count.restype = c_int
         lib.kc_cuda_device_count.argtypes = []
@@ -162,19 +168,6 @@ def status_string(lib: ctypes.CDLL, status: int) -> str:
     return lib.kc_status_string(status).decode(errors="replace")
 
 
-def _cpu_missing_features() -> list[str]:
-    """x86 features the CPU library was compiled for that this CPU lacks (Linux only)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            return [f for f in ("avx2", "fma", "f16c") if f not in flags]
-    return []
-
-
 def _cuda_driver_loadable() -> bool:
     if sys.platform != "linux":
         return True  # let cudaGetDeviceCount decide
@@ -190,8 +183,8 @@ def library_status(backend: str) -> dict:
 
     status: ``"available"`` (built, loadable, can run here), ``"built"`` (built but cannot run
     here; ``reason`` says why) or ``"missing"`` (not built; ``reason`` says where it looked).
-    ``detail`` is a short machine-readable cause: ``not-built``, ``load-failed``, ``cpu-isa``,
-    ``no-driver``, ``driver-error``, ``no-gpu`` or ``None``.
+    ``detail`` is a short machine-readable cause: ``not-built``, ``load-failed``,
+    ``outdated``, ``no-driver``, ``driver-error``, ``no-gpu`` or ``None``.
     """
     path, looked = find_library(backend)
     if path is None:
@@ -206,14 +199,11 @@ def library_status(backend: str) -> dict:
     except NativeLibraryError as exc:
         return {"status": "built", "path": str(path), "reason": str(exc), "detail": "load-failed"}
     if backend == "cpu":
-        missing = _cpu_missing_features()
-        if missing:
-            return {
-                "status": "built",
-                "path": str(path),
-                "reason": f"CPU lacks {', '.join(missing)} (library needs AVX2, FMA, F16C)",
-                "detail": "cpu-isa",
-            }
+        if not hasattr(lib, "kc_cpu_isa_support"):  # compiled for AVX2 whatever the CPU
+            reason = "built before its portable build: rebuild it (pip install again)"
+            return {"status": "built", "path": str(path), "reason": reason, "detail": "outdated"}
+        # Every CPU runs it: the library asks the CPU which of its builds it can run (cpuid)
+        # and falls back on the portable one (kernels_cpu/logp_cpu.cpp).
         return {"status": "available", "path": str(path), "reason": None, "detail": None}
     if not _cuda_driver_loadable():
         return {
