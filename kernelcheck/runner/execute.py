@@ -154,7 +154,7 @@ class IsolatedWorker:
         log_dir = str(self.sanitizer_logs.log_dir) if tool else None
         self.proc = subprocess.Popen(
             sanitize.worker_command(tool, log_dir),
-            env=worker_environment(),  # with the large-block keeper preloaded
+            env={**worker_environment(), **sanitize.worker_env(tool)},  # large-block keeper
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # a terminal's Ctrl-C reaches the parent only

@@ -64,6 +64,13 @@ def worker_command(tool: str | None, log_dir: str | None) -> list[str]:
     return [exe, *flags, "--target-processes", "all", *worker]
 
 
+def worker_env(tool: str | None) -> dict[str, str]:
+    """What a sanitized worker's environment adds: torch's CUDA caching allocator off, so
+    each tensor is an allocation of its own size and a read past its end is out of bounds
+    for memcheck (inside a cached 2 MB segment it would not be)."""
+    return {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"} if tool else {}
+
+
 def new_log_dir() -> str:
     """A fresh folder for one worker's sanitizer logs."""
     return tempfile.mkdtemp(prefix="kernelcheck-sanitizer-")

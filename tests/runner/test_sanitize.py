@@ -40,6 +40,8 @@ def test_the_worker_command_runs_under_the_tool(tmp_path, monkeypatch):
     assert cmd[cmd.index("--log-file") + 1] == str(tmp_path / "sanitizer.%p.log")
     assert cmd[cmd.index("--target-processes") + 1] == "all"
     assert cmd[-3:] == worker
+    assert sanitize.worker_env(None) == {}
+    assert sanitize.worker_env("memcheck") == {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
 
 
 def test_the_sanitizer_is_found_in_the_cuda_toolkit(tmp_path, monkeypatch):
