@@ -19,6 +19,7 @@ from kernelcheck.checks import CHECKS, Outcome
 from kernelcheck.compare import op_spec_digest, plan_digest
 from kernelcheck.errors import Interrupted, SpecError, UsageError
 from kernelcheck.results import CheckResult, Report, environment
+from kernelcheck.runner import sanitize
 from kernelcheck.runner.case import RunOptions, make_result
 from kernelcheck.runner.execute import Executor
 from kernelcheck.runner.schedule import Schedule, concurrency, shared_groups
@@ -89,6 +90,7 @@ def plan(
     attributes: dict[str, object] | None = None,
     allow_missing: Iterable[str] | str | None = None,
     sweeps: bool = False,
+    sanitize: str | None = None,
 ) -> Plan:
     """Validate every choice before anything runs; raise :class:`UsageError` with the fix."""
     spec = catalog.op(op)
@@ -133,6 +135,7 @@ def plan(
         raise UsageError(f"--timeout: expected a number of seconds > 0, got {timeout_s}")
     _resolve_gold(spec)
     dev = resolve_device(device)
+    shapes = _sanitized_shapes(sanitize, dev, isolate, shapes, given=bool(shape))
     probed = _probe_candidates(spec, dev, device, wanted, include_bench_only, allow_missing)
     runnable, unavailable = probed.runnable, probed.unavailable
     cases = _cases(
@@ -141,7 +144,7 @@ def plan(
     digest = plan_digest(cases, check_grad)  # before sharding: the same in every shard
     if shard_kn:
         cases = shard(cases, *shard_kn)
-    options = RunOptions(check_grad=check_grad, user_specs=catalog.user_specs)
+    options = RunOptions(check_grad=check_grad, user_specs=catalog.user_specs, sanitize=sanitize)
     blocked = _first_cases(
         _cases(
             spec,
@@ -162,6 +165,21 @@ def plan(
         missing_cases=shard(blocked, *shard_kn) if shard_kn else blocked,
         not_planned={**_not_planned(spec, dts), **_in_range_gaps(spec, runnable)},
     )  # fmt: skip
+
+
+def _sanitized_shapes(
+    tool: str | None, dev: str, isolate: bool | None, shapes: list[dict], given: bool
+) -> list[dict]:
+    """``--sanitize``: checked (a usage error when it cannot run here), and the grid cut
+    to its smallest shape unless one was given (the sanitizer is slow)."""
+    if tool is None:
+        return shapes
+    import torch
+
+    why = sanitize.problem(tool, dev, isolate, torch.cuda.is_available())
+    if why:
+        raise UsageError(why)
+    return shapes if given else [min(shapes, key=lambda s: math.prod(s.values()))]
 
 
 @dataclass

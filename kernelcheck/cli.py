@@ -162,6 +162,15 @@ def run(
         ),
     ] = None,
     baseline_factor: BaselineFactorOpt = DEFAULT_FACTOR,
+    sanitize: Annotated[
+        Optional[str],
+        typer.Option(
+            "--sanitize",
+            help="Run the CUDA workers under compute-sanitizer: memcheck, racecheck, "
+            "initcheck or synccheck (a memory_safety result per case; smallest shape).",
+            metavar="TOOL",
+        ),
+    ] = None,
     shrink: Annotated[
         bool, typer.Option("--shrink/--no-shrink", help="Shrink failing cases to a minimal repro.")
     ] = True,
@@ -206,6 +215,7 @@ def run(
             timeout_s=timeout,
             allow_missing=allow_missing,
             sweeps=sweep,
+            sanitize=sanitize,
         )
     except UsageError as exc:
         _fail(str(exc))

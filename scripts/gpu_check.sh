@@ -86,8 +86,8 @@ GEN=()
 if command -v ninja >/dev/null; then GEN=(-G Ninja); fi
 say "nvcc: $(command -v nvcc || echo 'not found'); cmake: $(cmake --version | head -1)"
 step configure 30 cmake -S . -B build/gpu ${GEN[@]+"${GEN[@]}"} -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_BUILD_TYPE=Release
-step build 90 cmake --build build/gpu --parallel
+    -DCMAKE_BUILD_TYPE=Release -DKC_BUILD_CUDA_BUGS=ON
+step build 120 cmake --build build/gpu --parallel
 export KERNELCHECK_NATIVE_DIR=$ROOT/build/gpu
 ls -l build/gpu/*.so 2>/dev/null || say "WARNING: no library in build/gpu"
 
@@ -100,6 +100,18 @@ step doctor 20 "${KC[@]}" doctor
 step pytest_cuda 75 "$PY" -m pytest -p no:cacheprovider -q -rs \
     tests/native/test_cuda_kernel.py tests/candidates/test_native_candidates.py tests/candidates/test_honest.py \
     "tests/test_gold.py::test_gold_device_is_a_parameter"
+
+# compute-sanitizer (--sanitize): the planted-bug kernels (tests/fixtures/cuda_bugs/, built
+# above into build/gpu/cuda_bugs/) must fail memory_safety under memcheck and racecheck, the
+# cuda kernel must pass; the sanitizer's own words are in steps.log when it refuses the GPU.
+if [[ -z $(command -v compute-sanitizer || true) && -x /usr/local/cuda/bin/compute-sanitizer ]]; then
+    export PATH=$PATH:/usr/local/cuda/bin
+fi
+say "compute-sanitizer: $(command -v compute-sanitizer || echo 'not found')"
+step sanitizer_probe 30 compute-sanitizer --tool memcheck "$PY" -c \
+    'import torch; x = torch.ones(4, device="cuda"); print("sanitizer ok", float(x.sum()))'
+step pytest_sanitize 240 env KERNELCHECK_CUDA_BUGS_DIR="$ROOT/build/gpu/cuda_bugs" \
+    "$PY" -m pytest -p no:cacheprovider -q -rs tests/native/test_cuda_bugs.py
 
 # The default logp grid, forward and backward, torch and the CUDA kernel.
 step run_grid 90 "${KC[@]}" run --op logp --device cuda --check-grad \

@@ -15,6 +15,7 @@ NATIVE = [
     *REPO.glob("metrics_cpu/*.cpp"),
     *REPO.glob("allocator_cpu/*.c"),
     *REPO.glob("kernels_cuda/*.cu"),
+    *REPO.glob("tests/fixtures/cuda_bugs/*.cu"),
     *REPO.glob("kernels_ascend/*.asc"),
     *REPO.glob("kernels_ascend/*.cpp"),
 ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernelcheck.checks import fastpath
+from kernelcheck.checks import device_metrics, fastpath
 from kernelcheck.checks.fastpath import ULP_BUCKETS
 
 _INT_VIEW = {
@@ -63,19 +63,20 @@ def row_digests(t: torch.Tensor) -> torch.Tensor:
     """
     t2 = t.reshape(t.shape[0], -1) if t.dim() > 0 else t.reshape(1, 1)
     rows, cols = t2.shape
-    if t2.is_contiguous() and t2.device.type == "cpu":  # one pass in libkc_metrics_cpu
+    if t2.is_contiguous() and not device_metrics.applies(t2):  # one pass in libkc_metrics_cpu
         view = bits(t2)
         per_word = 2 if view.element_size() == 8 else 1
         found = fastpath.row_digests(view, _digest_weights(cols * per_word))
         if found is not None:
             return found
-    out = torch.empty(rows, dtype=torch.int32)
+    # torch passes where the rows are (a GPU's digests are its own, 4 bytes a row come back)
+    out = torch.empty(rows, dtype=torch.int32, device=t2.device)
     step = max(1, DIGEST_CHUNK_ELEMENTS // max(1, cols))
     for start in range(0, rows, step):
         words = _words(t2[start : start + step])
-        w = _digest_weights(words.shape[1])
+        w = _digest_weights(words.shape[1]).to(words.device)
         out[start : start + step] = torch.mul(words, w).sum(dim=1, dtype=torch.int32)
-    return out
+    return out.cpu()
 
 
 def first_bit_difference(a: torch.Tensor, b: torch.Tensor) -> str:
@@ -407,7 +408,7 @@ class ErrorStats:
         self.n += g.numel()
         if g.numel() == 0:
             return
-        fast = fastpath.compare_rows(c, g, self.atol, self.rtol) if c.dim() == 2 else None
+        fast = self._row_errors(c, g) if c.dim() == 2 else None
         if fast is not None:  # the same numbers from one pass (NaN/Inf chunks never get here)
             self._update_rows(fast, c, g, row_offset)
             return
@@ -439,6 +440,13 @@ class ErrorStats:
         if self.first_bad is None and n_bad:
             self._first_bad(bad, c, g, row_offset)
         self.max_rel = max(self.max_rel, float(err.div_(g_abs.clamp_min_(1e-12)).max()))
+
+    def _row_errors(self, c: torch.Tensor, g: torch.Tensor) -> fastpath.RowErrors | None:
+        """The chunk's per-row and per-column summaries from one pass: torch ops where the
+        tensors are off the host (or that path forced), else the host loop."""
+        if device_metrics.applies(c):
+            return device_metrics.compare_rows(c, g, self.atol, self.rtol)
+        return fastpath.compare_rows(c, g, self.atol, self.rtol)
 
     def _update_rows(self, fast: fastpath.RowErrors, c, g, row_offset: int) -> None:
         per_row, counts = fast.rows, fast.counts
@@ -552,13 +560,21 @@ def integrity_problems(before: dict, after: dict, results: list, phase: str) -> 
     (the tensors the candidate got), and results aliasing an input."""
     problems: list[str] = []
     for name, pristine in before.items():
-        now = after[name].detach().cpu()
-        if now.shape != pristine.shape or not bool((bits(now) == bits(pristine)).all()):
-            changed = (
-                int((bits(now) != bits(pristine)).sum()) if now.shape == pristine.shape else -1
-            )
+        changed = changed_elements(pristine, after[name].detach())
+        if changed:
             problems.append(f"{phase} changed input {name!r} ({changed} elements)")
     return problems + aliasing_problems(after, results, phase)
+
+
+def changed_elements(pristine: torch.Tensor, now: torch.Tensor) -> int:
+    """How many elements of ``now`` differ bitwise from ``pristine`` (a host copy); -1 when
+    the shapes differ. Compared where ``now`` is when that is off the host."""
+    if device_metrics.applies(now):
+        return device_metrics.changed_elements(bits(pristine), bits(now))
+    now = now.cpu()
+    if now.shape != pristine.shape:
+        return -1
+    return int((bits(now) != bits(pristine)).sum())
 
 
 def aliasing_problems(inputs: dict, results: list, phase: str) -> list[str]:

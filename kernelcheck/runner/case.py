@@ -36,6 +36,7 @@ class RunOptions:
     check_params: dict = field(default_factory=dict)
     shared_dir: str | None = None  # where trials are shared by every candidate (None: not)
     shared_budget: int = 0
+    sanitize: str | None = None  # the compute-sanitizer tool the isolated workers run under
 
 
 def make_result(

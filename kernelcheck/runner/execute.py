@@ -29,8 +29,10 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 
 from kernelcheck.cases.grid import Case
+from kernelcheck.checks import memory_safety
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.results import CheckResult
+from kernelcheck.runner import sanitize
 from kernelcheck.runner.case import RunOptions, make_result, run_case
 from kernelcheck.runner.poison import poisoned_fresh_memory
 from kernelcheck.runner.worker import FRESH, Channel
@@ -143,12 +145,16 @@ class IsolatedWorker:
         self.proc: subprocess.Popen | None = None
         self.channel: Channel | None = None
         self.last_shape: tuple | None = None  # of the case its case process ran last
+        self.sanitizer_logs: sanitize.LogReader | None = None  # under --sanitize
 
-    def _start(self) -> None:
+    def _start(self, tool: str | None = None) -> None:
         self.last_shape = None
+        if tool and self.sanitizer_logs is None:
+            self.sanitizer_logs = sanitize.LogReader(sanitize.new_log_dir())
+        log_dir = str(self.sanitizer_logs.log_dir) if tool else None
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kernelcheck.runner.worker"],
-            env=worker_environment(),  # with the large-block keeper preloaded
+            sanitize.worker_command(tool, log_dir),
+            env={**worker_environment(), **sanitize.worker_env(tool)},  # large-block keeper
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,  # a terminal's Ctrl-C reaches the parent only
@@ -191,6 +197,8 @@ class IsolatedWorker:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self.stop()
+        if self.sanitizer_logs is not None:
+            self.sanitizer_logs.remove()
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -206,10 +214,20 @@ class IsolatedWorker:
     def attempt(
         self, op: OpSpec, case: Case, options: RunOptions, timeout_s: float | None, phases: dict
     ) -> Generator[CheckResult, None, Fault | None]:
-        """Run the case in the worker; a crash or timeout kills it and is returned."""
+        """Run the case in the worker; a crash or timeout kills it and is returned. Under
+        ``--sanitize`` the case's ``memory_safety`` result follows (after a fault: only
+        when the sanitizer reported something, the rerun of the other checks gives it)."""
+        fault = yield from self._attempt(op, case, options, timeout_s, phases)
+        if options.sanitize and self.sanitizer_logs is not None:
+            found = sanitize_result(case, options, self.sanitizer_logs.read())
+            if fault is None or found.status != "pass":
+                yield found
+        return fault
+
+    def _attempt(self, op, case, options, timeout_s, phases):
         if not self.alive():
             try:
-                self._start()
+                self._start(options.sanitize)
             except WorkerStartError as exc:
                 return Fault("error", str(exc))
         try:
@@ -253,6 +271,18 @@ class IsolatedWorker:
                 self.stop()
                 message = f"did not finish within {timeout_s:g} s (isolated: the worker was killed)"
                 return Fault("timeout", message, at.check, at.probe)
+
+
+def sanitize_result(case: Case, options: RunOptions, log_text: str) -> CheckResult:
+    """The case's ``memory_safety`` result from the sanitizer's log of it; its repro
+    reruns the case's checks under the same tool."""
+    found = memory_safety.outcome(log_text, options.sanitize)
+    res = make_result(case, memory_safety.NAME, found, options)
+    checks = ",".join(case.checks)
+    res.repro = res.repro.replace(
+        f"--checks {memory_safety.NAME}", f"--checks {checks} --sanitize {options.sanitize}"
+    )
+    return res
 
 
 class WorkerStartError(RuntimeError):
