@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelcheck.checks import device_metrics, fastpath, metrics
+from kernelcheck.checks import device_metrics, fastpath
 from kernelcheck.checks.metrics import ErrorProfile, ErrorStats, integrity_problems, row_digests
 
 DISTS = ["a", "b", "c"]
