@@ -284,7 +284,7 @@ class AttributeSet:
 
 
 def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sweeps) -> list[Case]:
-    """The plan's cases: every (dtype, shape, attribute set, candidate), the candidates of
+    """The plan's cases: every (shape, dtype, attribute set, candidate), the candidates of
     one (dtype, shape, attributes) one after another (they share trials). The attribute
     sweeps run on the grid's first shape (its cheapest by convention: every check, at a
     tenth of the time of the whole grid); ``shape_sweep`` once per (candidate, dtype), in
@@ -294,7 +294,9 @@ def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sw
     sets = [a for a in attribute_sets(spec, overrides) if sweeps or not a.sweep]
     swept = tuple(spec.attribute_sweeps) if not overrides else ()
     cases = []
-    for d, (k, s) in itertools.product(dts, enumerate(shapes)):
+    # shape-major: a candidate's cases of one shape follow each other, so its worker forks
+    # a fresh case process per shape, not per (dtype, shape) (runner/execute.py)
+    for (k, s), d in itertools.product(enumerate(shapes), dts):
         for a, c in itertools.product([a for a in sets if k == 0 or not a.sweep], runnable):
             own = tuple(n for n in checks if n != "shape_sweep" or (k == 0 and not a.sweep))
             if not own:

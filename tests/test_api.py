@@ -106,7 +106,7 @@ def test_bad_sweeps_are_refused(tmp_path, value, fragment):
 
 @pytest.mark.parametrize("value", ["abc", True])
 def test_an_attr_of_the_wrong_kind_is_a_usage_error(catalog, value):
-    with pytest.raises(UsageError, match="expected a float"):
+    with pytest.raises(UsageError, match="expected a finite float"):
         api.plan(catalog, "logp", device="cpu", attributes={"temperature": value})
 
 

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import FIXTURES, REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "check_repros.py"
@@ -17,6 +19,7 @@ def _script(*args):
     )
 
 
+@pytest.mark.slow
 def test_a_planted_bugs_repro_reproduces_and_a_wrong_one_does_not(tmp_path):
     report = tmp_path / "run.json"
     run = subprocess.run(

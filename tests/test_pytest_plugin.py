@@ -112,6 +112,7 @@ def _run_installed(pytester, spec, *args):
     )
 
 
+@pytest.mark.slow
 def test_one_item_per_case_and_check_with_readable_ids(pytester, spec):
     res = _run(pytester, spec, "--kernelcheck-candidate=mine", "--kernelcheck-dtype=fp32,bf16")
     res.assert_outcomes(passed=2 * len(CHECKS), skipped=2 * SWEEP_ITEMS)
@@ -134,6 +135,7 @@ def test_one_item_per_case_and_check_with_readable_ids(pytester, spec):
     ]
 
 
+@pytest.mark.slow
 def test_keyword_selection_and_failure_output(pytester, spec):
     res = _run(pytester, spec, "--kernelcheck-dtype=fp32", "-k", "forward_accuracy")
     # torch and cpu (built in), mine, broken and noback at fp32; and the sweeps' cases,
@@ -154,6 +156,7 @@ def test_keyword_selection_and_failure_output(pytester, spec):
     assert "FAILED kernelcheck::logp[broken-fp32-2x4x257-forward_accuracy]" in out
 
 
+@pytest.mark.slow
 def test_exitfirst_and_skips(pytester, spec):
     res = _run(pytester, spec, "--kernelcheck-dtype=fp32", "--kernelcheck-candidate=broken", "-x")
     res.assert_outcomes(failed=1)  # forward_accuracy is the first item; -x stops there
@@ -182,6 +185,7 @@ def test_without_a_spec_the_plugin_does_nothing(pytester):
     assert "kernelcheck: op" not in out and "kernelcheck::" not in out
 
 
+@pytest.mark.slow
 def test_xdist_spreads_the_items(pytester, spec):
     res = pytester.runpytest_subprocess(
         *_plugin(),
@@ -197,6 +201,7 @@ def test_xdist_spreads_the_items(pytester, spec):
     assert "repro: kernelcheck run" in res.stdout.str()
 
 
+@pytest.mark.slow
 def test_the_pytest11_entry_point_loads_the_plugin(pytester, spec, monkeypatch):
     """The pyproject entry point, installed as package metadata, loads the plugin by itself."""
     value = tomllib.loads((TESTS.parent / "pyproject.toml").read_text())["project"]["entry-points"][
@@ -214,6 +219,7 @@ def test_the_pytest11_entry_point_loads_the_plugin(pytester, spec, monkeypatch):
     assert "kernelcheck::logp[mine-fp32-2x4x257-integrity]" in res.stdout.str()
 
 
+@pytest.mark.slow
 def test_kernelcheck_only_runs_just_the_kernelcheck_items(pytester, spec):
     """Inside a repository with its own tests, --kernelcheck-only deselects them."""
     pytester.makepyfile(test_own="def test_own():\n    assert True\n")
@@ -226,6 +232,7 @@ def test_kernelcheck_only_runs_just_the_kernelcheck_items(pytester, spec):
     only.assert_outcomes(passed=len(CHECKS), skipped=SWEEP_ITEMS, deselected=1)
 
 
+@pytest.mark.slow
 def test_the_installed_plugin_runs_clean_outside_the_repo(pytester, spec):
     """The installed plugin (editable included: packaging/kernelcheck-pytest.pth marks
     scikit-build-core's import redirect PYTEST_DONT_REWRITE) warns about nothing."""
@@ -245,6 +252,7 @@ def test_the_installed_plugin_runs_clean_outside_the_repo(pytester, spec):
         ("linear_logp", "tokens=4,hidden=8,vocab=64"),
     ],
 )
+@pytest.mark.slow
 def test_every_shipped_op_runs_as_pytest_items(pytester, op, shape):
     res = pytester.runpytest_inprocess(
         *_plugin(),
@@ -273,6 +281,7 @@ COUNTED = [
 ]
 
 
+@pytest.mark.slow
 def test_the_checks_of_a_case_share_one_gold_and_one_set_of_candidate_calls(pytester, monkeypatch):
     """Two checks reading the same trials: one run of the case, so the gold is computed
     once per trial (2 seeds x one mixed normal+lm trial), not once per check; ``-k``
@@ -289,6 +298,7 @@ def test_the_checks_of_a_case_share_one_gold_and_one_set_of_candidate_calls(pyte
         assert len(count.read_text().splitlines()) == 2
 
 
+@pytest.mark.slow
 def test_under_xdist_each_worker_runs_a_case_at_most_once(pytester, monkeypatch):
     count = pytester.path / "gold_calls.txt"  # the counted gold logs each call there
     monkeypatch.setenv("KC_GOLD_COUNT_FILE", str(count))

@@ -49,6 +49,7 @@ def _run(catalog, faulty: str, checks=FAST_CHECKS, isolate=None, honest=True, **
     return faulty_results, report
 
 
+@pytest.mark.slow
 def test_raising_candidate_is_an_error_with_type_and_message(catalog):
     res, report = _run(catalog, "raises")
     for r in res.values():
@@ -59,6 +60,7 @@ def test_raising_candidate_is_an_error_with_type_and_message(catalog):
 
 
 @pytest.mark.parametrize("faulty", ["out_of_memory", "allocates_too_much"])
+@pytest.mark.slow
 def test_out_of_memory_is_an_error_and_the_run_goes_on(catalog, faulty):
     res, _ = _run(catalog, faulty)
     assert all(r.status == "error" and "out of memory" in r.message for r in res.values())
@@ -69,12 +71,14 @@ def test_out_of_memory_is_an_error_and_the_run_goes_on(catalog, faulty):
 # could outlast 1 s on a loaded machine), and the hang can only end by the timeout.
 
 
+@pytest.mark.slow
 def test_hang_in_process_times_out(catalog):
     res, _ = _run(catalog, "hangs", timeout_s=1.0, honest=False)
     assert {r.status for r in res.values()} == {"timeout"}
     assert "did not finish within 1 s" in next(iter(res.values())).message
 
 
+@pytest.mark.slow
 def test_hang_isolated_times_out(catalog):
     res, _ = _run(catalog, "hangs", timeout_s=2.0, isolate=True, honest=False)
     assert {r.status for r in res.values()} == {"timeout"}
@@ -85,12 +89,14 @@ def test_hang_isolated_times_out(catalog):
     "faulty,fragment",
     [("segfaults", "SIGSEGV"), ("aborts", "SIGABRT"), ("exits", "exited with code 3")],
 )
+@pytest.mark.slow
 def test_process_killers_are_crashes_with_the_signal(catalog, faulty, fragment):
     res, _ = _run(catalog, faulty, isolate=True)
     assert {r.status for r in res.values()} == {"crash"}
     assert all(fragment in r.message for r in res.values())
 
 
+@pytest.mark.slow
 def test_nan_where_gold_is_finite_fails_with_count_and_index(catalog):
     res, _ = _run(catalog, "returns_nan", checks=["forward_accuracy"])
     r = res["forward_accuracy"]
@@ -107,12 +113,14 @@ def test_nan_where_gold_is_finite_fails_with_count_and_index(catalog):
         ("wrong_type", "candidate returned (list); expected 1 tensor(s)"),
     ],
 )
+@pytest.mark.slow
 def test_wrong_output_is_a_contract_fail(catalog, faulty, fragment):
     res, _ = _run(catalog, faulty, checks=["contract"])
     assert res["contract"].status == "fail"
     assert fragment in res["contract"].message
 
 
+@pytest.mark.slow
 def test_isolated_results_equal_in_process_results(catalog):
     a, _ = _run(catalog, "returns_nan", checks=["forward_accuracy"], isolate=True)
     b, _ = _run(catalog, "returns_nan", checks=["forward_accuracy"], isolate=False)
@@ -156,6 +164,7 @@ def _wait_for_results(out: Path, proc, timeout=300.0):
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.slow
 def test_interrupt_leaves_a_valid_partial_report(tmp_path, sig, code):
     out = tmp_path / "run.json"
     proc = _start(tmp_path, "faulty_logp:hangs_below_fp32", out)
@@ -189,6 +198,7 @@ def test_second_ctrl_c_exits_at_once(tmp_path):
     assert proc.returncode == 130
 
 
+@pytest.mark.slow
 def test_isolated_worker_does_not_rerun_the_callers_main_script(tmp_path):
     """The worker is a fresh interpreter: a caller's script without a __main__ guard (or
     code fed on stdin) is not imported again in the child, and nothing recurses."""

@@ -51,6 +51,7 @@ def broken(tmp_path_factory):
     return catalog, plan, result
 
 
+@pytest.mark.slow
 def test_planted_bug_shrinks_to_a_smaller_failing_case(broken):
     catalog, plan, result = broken
     out = shrink(catalog, "logp", result, plan.options, budget_s=60.0)
@@ -97,6 +98,7 @@ def test_zero_budget_returns_at_once_and_says_so(broken):
     assert not out.shrunk
 
 
+@pytest.mark.slow
 def test_a_passing_case_is_not_reproduced(catalog):
     report = api.run(
         catalog,
@@ -116,6 +118,7 @@ def test_a_passing_case_is_not_reproduced(catalog):
     assert out.case_id == out.original_case_id
 
 
+@pytest.mark.slow
 def test_search_finds_the_size_threshold_of_a_bug(tmp_path):
     """A bug that needs >= 3 rows and vocab >= 300: rows then vocab bisect to the threshold."""
     (tmp_path / "kc_shrink_threshold.py").write_text(
@@ -151,6 +154,7 @@ def test_search_finds_the_size_threshold_of_a_bug(tmp_path):
     assert "rows 32 -> 3" in " ".join(out.steps)
 
 
+@pytest.mark.slow
 def test_shrink_failures_of_a_run_share_one_budget(broken):
     catalog, _, _ = broken
     plan = api.plan(
@@ -178,6 +182,7 @@ def test_shrink_failures_of_a_run_share_one_budget(broken):
     }
 
 
+@pytest.mark.slow
 def test_a_shrunk_case_is_minimal_shrinking_its_repro_finds_nothing(broken):
     catalog, plan, result = broken
     out = shrink(catalog, "logp", result, plan.options, budget_s=60.0)
@@ -200,6 +205,7 @@ def test_a_shrunk_case_is_minimal_shrinking_its_repro_finds_nothing(broken):
     assert second.reproduced and not second.shrunk, second.steps
 
 
+@pytest.mark.slow
 def test_a_failure_that_needs_an_attribute_shrinks_with_it(tmp_path):
     """A kernel that ignores logp's mask fails only with --attr with_mask=true: the
     shrinker reruns the case with that attribute (it reproduces), and the shrunk repro

@@ -40,6 +40,7 @@ def cpu_isa(request, cpu_ready, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.slow
 def test_cpu_kernel_passes_every_check(catalog, cpu_isa, dtype):
     report = api.run(catalog, "logp", candidate_names=["cpu"], device="cpu", dtype_names=dtype,
                      shape={"batch": 3, "seq": 5, "vocab": 4099}, seeds=[0])  # fmt: skip

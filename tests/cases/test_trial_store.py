@@ -11,6 +11,7 @@ from tests.conftest import SPECS
 
 
 @pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "in-process"])
+@pytest.mark.slow
 def test_two_candidates_share_one_gold_computation(tmp_path, monkeypatch, isolate):
     count = tmp_path / "gold_calls.txt"
     monkeypatch.setenv("KC_GOLD_COUNT_FILE", str(count))

@@ -77,6 +77,7 @@ def test_torch_candidate_passes_every_check(catalog, dtype):
     assert not bad
 
 
+@pytest.mark.slow
 def test_torch_candidate_passes_on_multi_tile_vocab(catalog):
     res = run_small(
         catalog, "torch", None, dtype="bf16", shape={"batch": 3, "vocab": 10000}, seeds=[0]
@@ -84,6 +85,7 @@ def test_torch_candidate_passes_on_multi_tile_vocab(catalog):
     assert {r.status for r in res.values()} == {"pass"}, {k: r.message for k, r in res.items()}
 
 
+@pytest.mark.slow
 def test_plain_torch_sum_is_not_batch_invariant_on_long_rows(catalog):
     """A real-world negative control: torch's CPU sum splits a long row over threads when
     rows are few, so the row's bits depend on the batch size. Needs 2+ threads."""

@@ -68,6 +68,7 @@ def test_a_shared_input_written_by_one_candidate_fails_integrity_and_spoils_noth
     assert "torch" not in settled and "scribbler" in settled
 
 
+@pytest.mark.slow
 def test_a_clean_mapping_is_read_once_per_call(monkeypatch):
     """The copy-on-write count (a read of /proc/self/smaps, ~50 ms at the Qwen3 shape) is
     taken after each call on uncopied inputs; before the next call on the same tensors it

@@ -37,6 +37,7 @@ def planted():
         ("perturbed_backward_in_batches", "backward_invariance"),
     ],
 )
+@pytest.mark.slow
 def test_invariance_catches_a_5_percent_content_bug_on_every_seed(catalog, name, check):
     """1 ulp on ~5% of rows (chosen by a hash of the row) whenever the batch has more
     than one row: caught on each of 20 seeds (miss probability 0.95^300 = 2e-7 each)."""
@@ -83,6 +84,7 @@ REPRO_CASES = [
 
 
 @pytest.mark.parametrize("name,check,dtype", REPRO_CASES, ids=[c[0] for c in REPRO_CASES])
+@pytest.mark.slow
 def test_every_printed_repro_reproduces(planted, tmp_path, name, check, dtype):
     """Run the default 2x16x257 case (a mixed trial of every distribution), then rerun
     each failing result's printed repro in a fresh process: exit 1, same check failing."""
@@ -146,6 +148,7 @@ def test_isolation_is_the_default_for_every_candidate(catalog):
     assert all(wants_isolation(plan.op, c, None) for c in plan.cases)
 
 
+@pytest.mark.slow
 def test_abort_in_a_contract_probe_is_a_crash_of_that_probe_only(catalog):
     """Default isolation: the abort kills a worker, never this process; the crash is
     reported on contract's out-of-range probe; the other checks run in a fresh worker."""

@@ -11,6 +11,7 @@ from kernelcheck.errors import UsageError
 from tests.conftest import result_table
 
 
+@pytest.mark.slow
 def test_merged_shards_equal_the_unsharded_run(shard_runs):
     full, shards = shard_runs
     assert all(s["results"] for s in shards), "both shards hold cases"

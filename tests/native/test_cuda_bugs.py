@@ -36,6 +36,7 @@ def _build(build_dir: Path) -> Path:
     return build_dir / "cuda_bugs"
 
 
+@pytest.mark.slow
 def test_the_planted_bugs_compile_each_into_a_library_of_its_own(tmp_path):
     bugs = _build(tmp_path)
     for bug in BUGS:

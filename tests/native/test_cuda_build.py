@@ -32,6 +32,7 @@ def _nvcc() -> str | None:
     return str(default) if default.is_file() and os.access(default, os.X_OK) else None
 
 
+@pytest.mark.slow
 def test_cuda_library_builds_and_exports_abi(tmp_path):
     nvcc = _nvcc()
     if nvcc is None:

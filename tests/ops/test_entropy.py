@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kernelcheck import api
@@ -19,6 +20,7 @@ def test_gold_matches_the_definition_and_masked_entries_add_nothing():
     assert torch.allclose(entropy.gold(masked), entropy.gold(x), rtol=1e-13, atol=0)
 
 
+@pytest.mark.slow
 def test_the_shipped_spec_passes_the_honest_candidate(catalog):
     report = api.run(catalog, "entropy", candidate_names=["torch"], isolate=False)
     assert report.results and report.passed, [
@@ -37,6 +39,7 @@ def test_an_unshifted_formula_fails_on_large_rows():
     )
 
 
+@pytest.mark.slow
 def test_an_out_of_range_rule_scoped_to_one_output(tmp_path):
     """A fused logp + entropy kernel: ignored rows give logp exactly 0 and their real
     entropy. Scoped to logp the honest kernel passes contract; unscoped, it would not."""

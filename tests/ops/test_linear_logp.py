@@ -19,6 +19,7 @@ def test_gold_matches_the_definition():
     assert torch.allclose(linear_logp.gold(h, w, t), want, rtol=1e-13, atol=0)
 
 
+@pytest.mark.slow
 def test_the_shipped_spec_passes_the_honest_candidate(catalog):
     report = api.run(
         catalog, "linear_logp", candidate_names=["torch"], dtype_names="fp32,bf16", isolate=False

@@ -34,6 +34,7 @@ def test_gold_matches_the_definition():
     assert torch.allclose(rms_norm.gold(x, w, 1e-6), want, rtol=1e-14, atol=0)
 
 
+@pytest.mark.slow
 def test_the_shipped_spec_passes_the_honest_candidate(catalog):
     report = api.run(catalog, "rms_norm", candidate_names=["torch"], isolate=False)
     assert report.results and report.passed, [
@@ -77,6 +78,7 @@ def test_no_eps_is_caught_on_zero_rows_whatever_else_the_grid_draws(planted):
     assert normal.results[0].status == "pass" and zero.results[0].status == "fail"
 
 
+@pytest.mark.slow
 def test_an_attribute_set_on_the_command_line_is_in_the_id_and_the_repro(catalog, tmp_path):
     res = one(catalog, "torch", "forward_accuracy", attributes={"eps": 1e-2})
     assert res.status == "pass" and res.case_id == "torch-fp32-2x16x256-eps=0.01"

@@ -18,6 +18,7 @@ def test_gold_matches_the_definition():
     assert torch.allclose(swiglu.gold(g, u), want, rtol=1e-14, atol=0)
 
 
+@pytest.mark.slow
 def test_the_shipped_spec_passes_the_honest_candidate(catalog):
     report = api.run(catalog, "swiglu", candidate_names=["torch"], isolate=False)
     assert report.results and report.passed, [

@@ -119,6 +119,7 @@ class Page(HTMLParser):
             self.section["text"] += data
 
 
+@pytest.mark.slow
 def test_page_of_a_planted_run(planted):
     text = to_html(planted)
     page = Page(text)
@@ -187,6 +188,7 @@ def _shards(report: dict) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_report_command_renders_merged_shards_and_a_diff(planted, tmp_path):
     a, b = (_write(tmp_path / f"shard{k}.json", s) for k, s in enumerate(_shards(planted)))
     out = tmp_path / "page.html"
@@ -217,6 +219,7 @@ def test_report_command_renders_merged_shards_and_a_diff(planted, tmp_path):
         assert f'href="#r{keys[c.key]}"' in text
 
 
+@pytest.mark.slow
 def test_schema_1_reports_render_without_plots(planted, tmp_path):
     old = schema_1(planted)
     page = Page(to_html(old))
@@ -232,6 +235,7 @@ def test_schema_1_reports_render_without_plots(planted, tmp_path):
     assert any(s["plots"] for s in sections) and any(not s["plots"] for s in sections)
 
 
+@pytest.mark.slow
 def test_run_html_out_writes_the_page(tmp_path):
     out = tmp_path / "run.html"
     p = kc("run", "--op", "logp", "--candidate", "torch", "--dtype", "fp32", "--batch", "2",
@@ -260,6 +264,7 @@ def test_chromium_shows_the_page_and_it_fetches_nothing(planted, tmp_path):
         shutil.copy(png, SCREENSHOT)
 
 
+@pytest.mark.slow
 def test_the_page_counts_regressions_with_the_gates_factor(planted, tmp_path):
     """`--baseline-factor` decides what the page marks regressed, as it decides `run`'s
     exit code: errors 1.5x the baseline's are regressions at 1.2, not at the default 2."""
@@ -280,6 +285,7 @@ def test_the_page_counts_regressions_with_the_gates_factor(planted, tmp_path):
     assert 'data-regressed="true"' in out.read_text()
 
 
+@pytest.mark.slow
 def test_a_report_without_a_summary_renders(planted, tmp_path):
     bare = {k: v for k, v in planted.items() if k != "summary"}
     p = kc("report", _write(tmp_path / "bare.json", bare), "--html-out", tmp_path / "p.html")

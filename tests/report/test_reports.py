@@ -34,6 +34,7 @@ def report(catalog):
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_plain_keeps_the_old_harness_lines(report, catalog):
     lines = to_plain(report, catalog.op("logp")).splitlines()
     assert lines[0].startswith("suite=logp passed=False pass_rate=0.9")
@@ -108,6 +109,7 @@ def test_junit_one_testcase_per_case_and_check(report):
     assert cases[0].get("name") == "torch-bf16-2x16x257-forward_accuracy"
 
 
+@pytest.mark.slow
 def test_markdown_table_and_failures(report):
     md = to_markdown(report)
     assert md.startswith("### kernelcheck `logp` on cpu: FAILED")
@@ -149,6 +151,7 @@ def test_plot_data_is_bounded_whatever_the_shape(catalog):
         assert abs(small - large) < 0.25 * small, sizes
 
 
+@pytest.mark.slow
 def test_report_without_matplotlib_exits_2_with_the_install_command(report, tmp_path):
     """Runs whether the 'report' extra is installed or not: the import is blocked."""
     path = tmp_path / "r.json"

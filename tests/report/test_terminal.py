@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from kernelcheck.checks.metrics import ErrorStats
 from tests.conftest import FIXTURES, REPO_ROOT, run_small, with_candidate
 
@@ -29,6 +31,7 @@ def kc(*args, columns: int | None = None):
     )
 
 
+@pytest.mark.slow
 def test_table_fits_80_columns_and_log_lines_are_whole():
     """A failing run in a log (not a terminal) with COLUMNS=200: every line fits 80
     columns, every check and status is whole, each FAIL is followed by its repro (wrapped
@@ -58,6 +61,7 @@ def test_table_fits_80_columns_and_log_lines_are_whole():
     assert " eta " in progress[0] and " fail" in progress[0]
 
 
+@pytest.mark.slow
 def test_title_lines_have_no_trailing_padding():
     p = kc("run", "--op", "logp", "--candidate", "torch", "--dtype", "fp32", "--shape",
            "batch=4,vocab=33", "--checks", "contract", columns=80)  # fmt: skip
@@ -100,6 +104,7 @@ def test_precision_shows_the_limit_it_applied_with_its_own_ratio(catalog):
     assert f"limit {bad.tolerance['limit']:.3e}" in bad.message
 
 
+@pytest.mark.slow
 def test_json_tolerance_has_limit(tmp_path):
     out = tmp_path / "r.json"
     kc("run", "--op", "logp", "--candidate", "torch", "--dtype", "bf16", "--shape",

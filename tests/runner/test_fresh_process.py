@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+import pytest
+
 from kernelcheck import api
 from kernelcheck.cases.grid import Case
 from kernelcheck.runner.execute import needs_fresh_process
@@ -68,6 +70,7 @@ def _invariance(catalog, shapes: list[dict]) -> dict[str, dict[str, str]]:
     return out
 
 
+@pytest.mark.slow
 def test_a_shape_after_another_is_judged_as_when_it_runs_alone(catalog):
     """With one process for all of a candidate's cases, the shape that came second passed
     (its process had taken its split from the first); each shape now fails as it does

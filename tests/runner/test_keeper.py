@@ -76,6 +76,7 @@ def _keeper():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="an LD_PRELOAD shim: Linux only")
+@pytest.mark.slow
 def test_the_large_block_keeper_reuses_a_freed_block_and_keeps_values():
     shim = _keeper()
     if shim is None:

@@ -33,6 +33,7 @@ def _faults(mode: str) -> int:
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="not glibc: no mallopt to tune")
+@pytest.mark.slow
 def test_chunk_temporaries_stop_costing_page_faults():
     """Without the setting each 3.6 MB result maps fresh pages (~900 faults each); with
     it they reuse the heap (measured here: 10659 against 772)."""

@@ -49,6 +49,7 @@ def _run(catalog, name: str, callable_: str, isolate: bool, checks=CHECKS, backw
 
 
 @needs_flag
+@pytest.mark.slow
 def test_poisoning_in_process_is_scoped_and_restores_the_previous_setting():
     """Importing kernelcheck changes nothing; a case in process poisons torch's CPU
     allocations while it runs and puts back whatever was set before."""
@@ -76,6 +77,7 @@ def test_poisoning_in_process_is_scoped_and_restores_the_previous_setting():
     [(True, True), (True, False), (False, False)],
     ids=["isolated", "isolated-no-keeper", "in-process"],
 )
+@pytest.mark.slow
 def test_unwritten_output_rows_read_nan_and_fail(catalog, monkeypatch, isolate, keeper):
     """The rows of ignore-index targets are left as torch.empty gave them. Unpoisoned, the
     freed output of the previous call often sat there with the right 0.0s, and
@@ -103,6 +105,7 @@ def _workspace_lib(tmp_path):
 
 
 @pytest.mark.parametrize("keeper", [True, False], ids=["keeper", "no-keeper"])
+@pytest.mark.slow
 def test_a_freed_large_workspace_read_back_crashes_the_case(catalog, tmp_path, monkeypatch, keeper):
     """The candidate frees its 64 MB native workspace, then copies its result out of it. The
     keeper used to keep that block mapped with the values in it, so the candidate passed;

@@ -30,6 +30,7 @@ def test_workers_get_the_keeper_preloaded_unless_told_not_to(monkeypatch):
     [({}, "10000"), ({"GOMP_SPINCOUNT": "5"}, "5"), ({"OMP_WAIT_POLICY": "PASSIVE"}, None)],
     ids=["default", "user-spincount", "user-wait-policy"],
 )
+@pytest.mark.slow
 def test_workers_get_a_short_openmp_spin_unless_the_user_set_it(monkeypatch, env, want):
     """torch's OpenMP threads spin for milliseconds after each region and hold the core
     kernelcheck's own native threads need next (kernelcheck/environment.py); a user's
