@@ -3,7 +3,8 @@
 Output dtype, shape and device; out-of-range indices give exactly the declared value
 (+0.0 for logp, compared as bits) and a zero gradient; empty input works; a
 non-contiguous input (row-padded and lead-strided views) gives the same bits as its
-contiguous copy.
+contiguous copy; so does a backward handed a non-contiguous upstream gradient, as
+autograd hands one to a kernel (``out.sum()`` gives an expanded one, of stride 0).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Contract(Check):
             self._must_raise,
             self._empty,
             self._strided,
+            self._strided_upstream,
         )
         for part in probes:
             probe = part.__name__.strip("_")
@@ -269,6 +271,33 @@ class Contract(Check):
             )
         if len(self.problems) == before:
             self.passed.append("non-contiguous == contiguous")
+
+    def _strided_upstream(self, trial: Trial) -> None:
+        """Backward with each upstream gradient expanded from one value (``out.sum()``:
+        stride 0) and as every other element of a longer tensor whose other elements are
+        NaN: the gradients must have the bits of the same call with contiguous copies. A
+        kernel that reads the upstream as contiguous memory reads past it or the NaNs."""
+        if not self.ctx.grad:
+            return
+        head, lead = self._head(trial)
+        before = len(self.problems)
+        ups = [u.to(self.ctx.device) for u in self.ctx.upstream(trial.seed, lead)]
+        expanded = [u.reshape(-1)[:1].reshape((1,) * u.dim()).expand_as(u) for u in ups]
+        strided = [torch.stack([u, torch.full_like(u, math.nan)], dim=-1)[..., 0] for u in ups]
+        for label, views in (("expanded upstream", expanded), ("strided upstream", strided)):
+            _, got = self.ctx.call_backward(self.ctx.to_device(head), views)
+            copies = [v.contiguous() for v in views]
+            _, want = self.ctx.call_backward(self.ctx.to_device(head), copies)
+            for name in want:
+                g, w = got[name].detach().cpu(), want[name].detach().cpu()
+                if g.shape != w.shape or not bool((bits(g) == bits(w)).all()):
+                    detail = "shape differs" if g.shape != w.shape else first_bit_difference(g, w)
+                    self.problems.append(
+                        f"{label}: gradient {name!r} differs from the one a contiguous "
+                        f"upstream gives: {detail}"
+                    )
+        if len(self.problems) == before:
+            self.passed.append("non-contiguous upstream == contiguous")
 
     def _same_bits(self, label: str, views: dict, contiguous: dict) -> None:
         got = self.ctx.call(views)
