@@ -37,7 +37,10 @@ def _faults(mode: str) -> int:
 def test_chunk_temporaries_stop_costing_page_faults():
     """Without the setting each 3.6 MB result maps fresh pages (~900 faults each); with
     it they reuse the heap (measured here: 10659 against 772)."""
-    plain, tuned = _faults("plain"), _faults("tuned")
+    # the fewest of three runs each: other activity on the machine only adds faults
+    # (a 6243-fault tuned run was seen once under CI), never takes any away
+    plain = min(_faults("plain") for _ in range(3))
+    tuned = min(_faults("tuned") for _ in range(3))
     assert tuned * 4 < plain, (plain, tuned)
 
 
