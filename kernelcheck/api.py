@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
 from kernelcheck.cases import run_folder
-from kernelcheck.cases.grid import Case, parse_shard, shard
+from kernelcheck.cases.grid import Case, parse_shard, shard, share_invariance_pools
 from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
 from kernelcheck.checks import CHECKS, Outcome
 from kernelcheck.compare import op_spec_digest, plan_digest
@@ -305,7 +305,7 @@ def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sw
                 Case(spec.name, c, dev, d, tuple(s.items()), tuple(seeds), tuple(dists), own)
             )
             cases[-1] = replace(cases[-1], attrs=a.attrs, shown=a.shown, pinned=swept)
-    return cases
+    return share_invariance_pools(spec, cases)
 
 
 def attribute_sets(spec: OpSpec, overrides: dict[str, object]) -> list[AttributeSet]:

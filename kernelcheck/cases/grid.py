@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from kernelcheck.spec.model import OpSpec
 
@@ -27,6 +27,10 @@ class Case:
     # attributes a repro must pin with --attr besides ``shown`` (the op sweeps them: an
     # unpinned rerun would sweep them again)
     pinned: tuple[str, ...] = field(default=())
+    # the case id of an earlier case of the plan with the same candidate, dtype,
+    # attributes and row sizes (only the lead shape differs): it judged the invariance
+    # pool (the same rows, the same calls), so this case's invariance adds its own batch
+    pool_judged_in: str | None = None
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -52,6 +56,31 @@ def fmt_attr(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return repr(value) if isinstance(value, float) else str(value)
+
+
+def row_key(op: OpSpec, case: Case) -> tuple:
+    """What a case's invariance pool depends on: all but the lead shape."""
+    inner = tuple((d, n) for d, n in case.shape if d not in op.lead)
+    return (
+        case.candidate,
+        case.device,
+        case.dtype,
+        case.attrs,
+        inner,
+        case.seeds,
+        case.distributions,
+    )
+
+
+def share_invariance_pools(op: OpSpec, cases: list[Case]) -> list[Case]:
+    """Mark each case whose invariance pool an earlier case judges (``pool_judged_in``)."""
+    first: dict[tuple, str] = {}
+    out = []
+    for case in cases:
+        key = row_key(op, case)
+        owner = first.setdefault(key, case.id)
+        out.append(case if owner == case.id else replace(case, pool_judged_in=owner))
+    return out
 
 
 def parse_attr_value(text: str) -> object:

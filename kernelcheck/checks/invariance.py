@@ -16,7 +16,9 @@ each of these layouts:
   factors: the scale where a kernel switches strategy (split reductions, another block
   count, a size threshold);
 - ``own batch``: up to ``own_rows`` rows of the case's own trial, whose batch call the
-  accuracy checks made, against the same rows alone: the case's real shape.
+  accuracy checks made, against the same rows alone: the case's real shape. A case whose
+  pool an earlier case of the plan judges (``Case.pool_judged_in``: only the lead shape
+  differs) compares this layout only.
 
 A kernel whose reduction order depends on N, N*V, the block that took the row, the lead
 shape, the thread count or the row's address alignment gives some row other bits in some
@@ -174,16 +176,27 @@ class _Invariance(Check):
         return max(rows, min(want, POOL_BYTES // self._row_bytes(itemsize)))
 
     def observe(self, trial: Trial) -> None:
-        ctx = self.ctx
+        own = self._own_rows(trial)  # before the pool: a Qwen3 trial's results go first
+        if self.ctx.case.pool_judged_in is None:
+            self._judge_pool(trial)
+        if own is not None:
+            self._compare_own(trial, own)
+
+    def _run(self, source, index, lead, misalign) -> list[torch.Tensor]:
+        """The row-wise results of one call on rows ``index`` of ``source`` placed in ``lead``."""
+        return self._results(*self._placed(source, index, lead, misalign), lead)
+
+    def _judge_pool(self, trial: Trial) -> None:
+        """The R pool rows alone, in small batches and in one large batch. Skipped where an
+        earlier case of the plan judged the very same pool (``Case.pool_judged_in``)."""
         rows = self.pool_rows()
         big = self.big_rows(rows)
-        own = self._own_rows(trial)  # before the pool: a Qwen3 trial's results go first
-        pool, pool_up = ctx.pool(trial.seed, trial.distribution, rows)
+        pool = self.ctx.pool(trial.seed, trial.distribution, rows)
+
+        def run(index, lead, misalign):
+            return self._run(pool, index, lead, misalign)
+
         gen = torch.Generator().manual_seed(trial.seed * 7919 + rows)
-
-        def run(index, lead, misalign, source=(pool, pool_up)):
-            return self._results(*self._placed(source, index, lead, misalign), lead)
-
         # alone: the reference bits of every compared row, at all threads
         self.progress("alone (batch 1)")
         alone = [run([r], (1,), False) for r in range(rows)]
@@ -209,8 +222,6 @@ class _Invariance(Check):
         label = f"one batch of {big} ({shape_label})"
         self.progress(label)
         self._compare(trial, label, order, run(order, lead, False), reference)
-        if own is not None:
-            self._compare_own(trial, own, run)
 
     def _placed(self, source, index, lead, misalign):
         """Fresh device inputs holding rows ``index`` of ``source`` (pool, upstream) in
@@ -248,7 +259,7 @@ class _Invariance(Check):
         trial.finished(self.name)  # a Qwen3 trial's gradient is freed before the pool is drawn
         return take, results
 
-    def _compare_own(self, trial: Trial, own, run) -> None:
+    def _compare_own(self, trial: Trial, own) -> None:
         """The sampled rows of the case's own batch against the same rows alone."""
         take, results = own
         ctx = self.ctx
@@ -259,7 +270,7 @@ class _Invariance(Check):
         ups = [u.reshape(math.prod(ctx.lead), *u.shape[len(ctx.lead) :]) for u in trial.upstream]
         label = f"own batch of {math.prod(ctx.lead)}"
         self.progress(label)
-        alone = [run([int(r)], (1,), False, (inputs, ups)) for r in take]
+        alone = [self._run((inputs, ups), [int(r)], (1,), False) for r in take]
         reference = self._reference(alone)
         self._compare(trial, label, list(range(len(take))), results, reference, take.tolist())
 
@@ -317,6 +328,9 @@ class _Invariance(Check):
             "mismatched_rows": self.mismatched,
             "miss_probability_5pct": miss_probability(self.distinct),
         }
+        if self.ctx.case.pool_judged_in is not None:  # the bound is that case's
+            metrics["pool_judged_in"] = self.ctx.case.pool_judged_in
+            del metrics["miss_probability_5pct"]
         if self.by_layout:
             metrics["mismatched_by_layout"] = dict(self.by_layout)
         tol = {"mode": "bitwise"}

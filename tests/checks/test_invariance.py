@@ -78,3 +78,58 @@ def test_the_big_batch_stays_within_its_byte_budget(catalog, dtype, itemsize):
     big = rows_at(151936)
     assert big == 553 and 256 << 20 < big * 151936 * 4
     assert rows_at(257) == 4096
+
+
+def test_a_second_shape_of_the_same_rows_judges_its_own_batch_only(catalog):
+    """2x16x257 and 32x257 draw the very same pool (same rows, same calls): the second case
+    compares its own batch only, names the case that judged the pool, and a kernel tuned
+    for its shape (32 rows) still fails there."""
+    from dataclasses import replace
+
+    from kernelcheck import api
+
+    cat = with_candidate(catalog, "bug", "scale_bugs:differs_at_the_case_shape")
+    op = cat.ops["logp"]
+    shapes = ({"batch": 2, "seq": 3, "vocab": 257}, {"batch": 32, "vocab": 257})
+    op = replace(op, grid=replace(op.grid, shapes=shapes))
+    cat = replace(cat, ops={**cat.ops, "logp": op})
+    report = api.run(
+        cat,
+        "logp",
+        candidate_names=["bug", "torch"],
+        device="cpu",
+        dtype_names="fp32",
+        check_names=["forward_invariance"],
+        seeds=[0],
+        isolate=False,
+    )
+    by_case = {r.case_id: r for r in report.results}
+    first, second = by_case["bug-fp32-2x3x257"], by_case["bug-fp32-32x257"]
+    assert first.status == "pass" and first.metrics["compared_rows"] == 300
+    assert "pool_judged_in" not in first.metrics
+    assert second.status == "fail" and "own batch of 32" in second.message
+    assert second.metrics["pool_judged_in"] == "bug-fp32-2x3x257"
+    assert second.metrics["comparisons"] == 32  # the pool's 4,396 placements not again
+    honest = by_case["torch-fp32-32x257"]
+    assert honest.status == "pass" and honest.metrics["pool_judged_in"] == "torch-fp32-2x3x257"
+
+
+def test_only_the_lead_shape_may_differ_for_a_pool_to_be_shared(catalog):
+    from kernelcheck.cases.grid import Case, share_invariance_pools
+
+    op = catalog.ops["logp"]
+
+    def case(cand="torch", dtype="fp32", vocab=257, batch=2, attrs=()):
+        shape = (("batch", batch), ("vocab", vocab))
+        return Case("logp", cand, "cpu", dtype, shape, (0,), ("normal",), attrs=attrs)
+
+    cases = [
+        case(),
+        case(batch=64),  # shares
+        case(vocab=258, batch=64),
+        case(dtype="bf16", batch=64),
+        case(cand="cpu", batch=64),
+        case(batch=64, attrs=(("temperature", 0.7),)),
+    ]
+    marked = [c.pool_judged_in for c in share_invariance_pools(op, cases)]
+    assert marked == [None, "torch-fp32-2x257", None, None, None, None]
