@@ -85,6 +85,28 @@ def run_one(catalog, op: str, candidate: str, check: str, dtype: str, shape: dic
     return res
 
 
+def with_grid_shapes(catalog, op_name: str, shapes) -> object:
+    """The catalog with ``op_name``'s grid holding ``shapes`` instead of the spec's."""
+    from dataclasses import replace
+
+    op = catalog.ops[op_name]
+    op = replace(op, grid=replace(op.grid, shapes=tuple(shapes)))
+    return replace(catalog, ops={**catalog.ops, op_name: op})
+
+
+def run_fp32(catalog, candidates: list[str], checks: list[str], **kw):
+    """One fp32 logp run on the CPU of ``candidates`` and ``checks``: the report."""
+    return api.run(
+        catalog,
+        "logp",
+        candidate_names=candidates,
+        device="cpu",
+        dtype_names="fp32",
+        check_names=checks,
+        **kw,
+    )
+
+
 SHARD_RUN = dict(
     device="cpu", dtype_names="fp32,bf16", shape=SMALL, seeds=[0], distributions="normal"
 )

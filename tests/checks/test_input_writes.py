@@ -8,7 +8,7 @@ import pytest
 from kernelcheck import api
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec import load_catalog
-from tests.conftest import run_small, with_candidate
+from tests.conftest import run_fp32, run_small, with_candidate
 
 
 @pytest.mark.parametrize("in_place", [True, False], ids=["own-tensors", "copies"])
@@ -49,16 +49,8 @@ def test_a_shared_input_written_by_one_candidate_fails_integrity_and_spoils_noth
     monkeypatch.setattr(Trial, "_settle", spy)
     catalog = with_candidate(load_catalog(), "scribbler", "broken_logp:scribbles_on_input")
     checks = ["forward_accuracy", "determinism", "integrity"]
-    report = api.run(
-        catalog,
-        "logp",
-        candidate_names=["torch", "scribbler"],
-        device="cpu",
-        dtype_names="fp32",
-        check_names=checks,
-        check_grad=False,
-        seeds=[0],
-        isolate=False,
+    report = run_fp32(
+        catalog, ["torch", "scribbler"], checks, check_grad=False, seeds=[0], isolate=False
     )
     res = {(r.candidate, r.check): r for r in report.results}
     assert all(res[("torch", c)].status == "pass" for c in checks)

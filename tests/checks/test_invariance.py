@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernelcheck.checks.invariance import ODD_SIZES, other_thread_count
-from tests.conftest import run_small, with_candidate
+from tests.conftest import run_fp32, run_small, with_candidate, with_grid_shapes
 
 SHAPE = {"batch": 2, "seq": 16, "vocab": 257}
 CHECKS = ["forward_invariance", "backward_invariance"]
@@ -84,25 +84,10 @@ def test_a_second_shape_of_the_same_rows_judges_its_own_batch_only(catalog):
     """2x16x257 and 32x257 draw the very same pool (same rows, same calls): the second case
     compares its own batch only, names the case that judged the pool, and a kernel tuned
     for its shape (32 rows) still fails there."""
-    from dataclasses import replace
-
-    from kernelcheck import api
-
     cat = with_candidate(catalog, "bug", "scale_bugs:differs_at_the_case_shape")
-    op = cat.ops["logp"]
     shapes = ({"batch": 2, "seq": 3, "vocab": 257}, {"batch": 32, "vocab": 257})
-    op = replace(op, grid=replace(op.grid, shapes=shapes))
-    cat = replace(cat, ops={**cat.ops, "logp": op})
-    report = api.run(
-        cat,
-        "logp",
-        candidate_names=["bug", "torch"],
-        device="cpu",
-        dtype_names="fp32",
-        check_names=["forward_invariance"],
-        seeds=[0],
-        isolate=False,
-    )
+    cat = with_grid_shapes(cat, "logp", shapes)
+    report = run_fp32(cat, ["bug", "torch"], ["forward_invariance"], seeds=[0], isolate=False)
     by_case = {r.case_id: r for r in report.results}
     first, second = by_case["bug-fp32-2x3x257"], by_case["bug-fp32-32x257"]
     assert first.status == "pass" and first.metrics["compared_rows"] == 300

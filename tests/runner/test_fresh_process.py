@@ -9,15 +9,13 @@ like a JIT-compiled kernel; it must fail on every shape, in a run of several as 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 import pytest
 
-from kernelcheck import api
 from kernelcheck.cases.grid import Case
 from kernelcheck.runner.execute import needs_fresh_process
 from kernelcheck.runner.worker import Channel
-from tests.conftest import with_candidate
+from tests.conftest import run_fp32, with_candidate, with_grid_shapes
 
 A = {"batch": 2, "seq": 16, "vocab": 257}
 B = {"batch": 2, "seq": 3, "vocab": 1000}
@@ -51,16 +49,11 @@ def test_an_exact_reader_leaves_the_next_message_for_the_next_process():
 def _invariance(catalog, shapes: list[dict]) -> dict[str, dict[str, str]]:
     """{candidate: {shape: forward_invariance status}} of one isolated fp32 run in plan order."""
     cat = with_candidate(catalog, "first", "process_state:first_shape_split", isolate=True)
-    op = cat.ops["logp"]
-    op = replace(op, grid=replace(op.grid, shapes=tuple(shapes)))
-    cat = replace(cat, ops={**cat.ops, "logp": op})
-    report = api.run(
+    cat = with_grid_shapes(cat, "logp", shapes)
+    report = run_fp32(
         cat,
-        "logp",
-        candidate_names=["first", "torch"],
-        device="cpu",
-        dtype_names="fp32",
-        check_names=["forward_invariance"],
+        ["first", "torch"],
+        ["forward_invariance"],
         attributes={"with_mask": False},  # the default case of each shape: no sweeps
         isolate=True,
     )
