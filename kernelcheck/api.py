@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
 from kernelcheck.cases import run_folder
-from kernelcheck.cases.grid import Case, parse_shard, shard, share_invariance_pools
+from kernelcheck.cases.grid import Case, fmt_attr, parse_shard, shard, share_invariance_pools
 from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
 from kernelcheck.checks import CHECKS, Outcome
 from kernelcheck.compare import op_spec_digest, plan_digest
@@ -163,7 +163,11 @@ def plan(
         spec, dev, cases, options, unavailable, shard_kn, isolate, timeout_s, digest,
         missing={n: unavailable[n] for n in probed.missing},
         missing_cases=shard(blocked, *shard_kn) if shard_kn else blocked,
-        not_planned={**_not_planned(spec, dts), **_in_range_gaps(spec, runnable)},
+        not_planned={
+            **_not_planned(spec, dts),
+            **_in_range_gaps(spec, runnable),
+            **_sweep_gaps(spec, dts, checks, sweeps and not attributes),
+        },
     )  # fmt: skip
 
 
@@ -283,6 +287,24 @@ class AttributeSet:
     sweep: bool = False
 
 
+# The checks an attribute sweep runs at the grid's first dtype only. An attribute can switch
+# a kernel's code path, and every dtype's reduction order is judged at the defaults; these
+# (the costliest: some 800 calls per case) then judge each swept path once, not per dtype.
+SWEPT_AT_FIRST_DTYPE = ("forward_invariance", "backward_invariance")
+
+
+def _sweep_gaps(spec: OpSpec, dts: list[str], checks: list[str], sweeps: bool) -> dict[str, str]:
+    """What the attribute sweeps leave to the first dtype (SWEPT_AT_FIRST_DTYPE), for the
+    summary's list of what was not checked."""
+    left = [n for n in checks if n in SWEPT_AT_FIRST_DTYPE]
+    if not (sweeps and spec.attribute_sweeps and left and len(dts) > 1):
+        return {}
+    values = ", ".join(f"{n}={fmt_attr(v)}" for n, vs in spec.attribute_sweeps.items() for v in vs)
+    what = f"{', '.join(left)} at {values} for {', '.join(dts[1:])}"
+    why = f"attribute sweeps judge bitwise invariance at {dts[0]}; every dtype at the defaults"
+    return {what: why}
+
+
 def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sweeps) -> list[Case]:
     """The plan's cases: every (shape, dtype, attribute set, candidate), the candidates of
     one (dtype, shape, attributes) one after another (they share trials). The attribute
@@ -299,6 +321,8 @@ def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sw
     for (k, s), d in itertools.product(enumerate(shapes), dts):
         for a, c in itertools.product([a for a in sets if k == 0 or not a.sweep], runnable):
             own = tuple(n for n in checks if n != "shape_sweep" or (k == 0 and not a.sweep))
+            if a.sweep and d != dts[0]:
+                own = tuple(n for n in own if n not in SWEPT_AT_FIRST_DTYPE)
             if not own:
                 continue
             cases.append(

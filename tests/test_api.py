@@ -38,6 +38,27 @@ def test_the_default_run_checks_each_sweep_value_one_at_a_time(catalog):
     assert {c.shape for c in plan.cases if c.shown} == {first}
 
 
+def test_sweeps_judge_invariance_at_the_first_dtype_and_say_so(catalog):
+    plan = api.plan(
+        catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32,bf16",
+        sweeps=True,
+    )  # fmt: skip
+    swept = [c for c in plan.cases if "temperature" in c.id or "with_mask" in c.id]
+    at_first = {c.dtype: "forward_invariance" in c.checks for c in swept}
+    assert at_first == {"fp32": True, "bf16": False}
+    assert all("forward_accuracy" in c.checks for c in swept)  # every other check per dtype
+    defaults = [c for c in plan.cases if c.dtype == "bf16" and not c.shown]
+    assert defaults and all("backward_invariance" in c.checks for c in defaults)
+    (what,) = [w for w in plan.not_planned if "invariance" in w]
+    assert "temperature=0.7" in what and what.endswith("for bf16")
+    pinned = api.plan(
+        catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32,bf16",
+        sweeps=True, attributes={"temperature": 0.7},
+    )  # fmt: skip
+    assert all("forward_invariance" in c.checks for c in pinned.cases)  # --attr: no sweep
+    assert not [w for w in pinned.not_planned if "invariance" in w]
+
+
 def test_repros_pin_the_swept_attributes_so_they_rerun_one_case(catalog):
     from kernelcheck.runner.repro import repro_command
 
