@@ -22,6 +22,7 @@ from kernelcheck.cases.inputs import MIX
 from kernelcheck.cases.trial_store import SharedTrials
 from kernelcheck.checks import CHECKS, CandidateFault, CaseContext, Check, Outcome, Trial
 from kernelcheck.checks.context import no_progress
+from kernelcheck.checks.threads import torch_threads
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.imports import ImportPathError, resolve
@@ -37,6 +38,7 @@ class RunOptions:
     shared_dir: str | None = None  # where trials are shared by every candidate (None: not)
     shared_budget: int = 0
     sanitize: str | None = None  # the compute-sanitizer tool the isolated workers run under
+    threads: int | None = None  # the case's CPU threads (None: the process's own count)
 
 
 def make_result(
@@ -131,7 +133,15 @@ def run_case(
     clock: PhaseClock | None = None,
 ) -> Iterator[CheckResult]:
     """Yield one result per check of ``case``; ``progress(check, probe)`` hears each step,
-    ``clock`` collects the phase times."""
+    ``clock`` collects the phase times. At ``options.threads`` CPU threads, if set."""
+    if options.threads is None:
+        yield from _run_case(op, case, options, progress, clock)
+        return
+    with torch_threads(options.threads):
+        yield from _run_case(op, case, options, progress, clock)
+
+
+def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
     clock = clock or PhaseClock()
     cand = op.candidates[case.candidate]
     implementation, fn = "", None

@@ -213,3 +213,37 @@ def test_side_by_side_only_when_every_case_is_isolated():
 
     want = min(len(isolated.cases), os.cpu_count() or 1)  # one case per core
     assert concurrency(isolated.op, isolated.cases, True) == want
+
+
+def test_cases_side_by_side_share_the_cores_and_a_large_one_takes_them_all(monkeypatch):
+    from kernelcheck.runner import schedule
+
+    monkeypatch.setattr(schedule.os, "cpu_count", lambda: 8)
+    big = CONCURRENT_ELEMENTS // 2 + 1
+    cases = _plan((33, big))
+    sched = Schedule(StandIn(), None, cases, RunOptions(), None, budget=0, jobs=2)
+    assert [sched.options_for(i).threads for i in range(len(cases))] == [4, 4, None, None]
+    alone = Schedule(StandIn(), None, cases, RunOptions(), None, budget=0, jobs=1)
+    assert alone.options_for(0).threads is None
+    monkeypatch.setattr(schedule.os, "cpu_count", lambda: 2)
+    assert sched.options_for(0).threads == 1
+
+
+def test_a_case_runs_at_its_thread_count_and_the_process_keeps_its_own(catalog):
+    """The candidate sees the case's count (it reads torch's, as the cpu kernel does)."""
+    import torch
+
+    from kernelcheck.runner.case import run_case
+    from tests.conftest import with_candidate
+
+    cat = with_candidate(catalog, "counter", "process_state:reports_thread_count")
+    op = cat.ops["logp"]
+    case = Case(
+        "logp", "counter", "cpu", "fp32", (("batch", 2), ("vocab", 33)), (0,), ("normal",),
+        checks=("forward_accuracy",),
+    )  # fmt: skip
+    before = torch.get_num_threads()
+    want = 1 if before > 1 else 2
+    (res,) = run_case(op, case, RunOptions(threads=want))
+    assert f"ran at {want} threads" in res.message, res.message
+    assert torch.get_num_threads() == before
