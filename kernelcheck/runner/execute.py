@@ -131,24 +131,31 @@ def _describe_exit(code: int | None) -> str:
     return f"the candidate's process exited with code {code}"
 
 
-def needs_fresh_process(last_shape: tuple | None, case: Case) -> bool:
-    """A candidate's case runs in a fresh process unless its worker's last case had the
-    same shape (``None``: the worker has run nothing yet, it is fresh)."""
-    return last_shape is not None and last_shape != case.shape
+def process_key(case: Case) -> tuple:
+    """What a case process is kept for: one candidate at one shape (a dtype or attribute
+    change keeps the process; another shape or another candidate forks a fresh one)."""
+    return (case.candidate, case.shape)
+
+
+def needs_fresh_process(last: tuple | None, case: Case) -> bool:
+    """A case runs in a fresh process unless its worker's last case had the same
+    candidate and shape (``None``: the worker has run nothing yet, it is fresh)."""
+    return last is not None and last != process_key(case)
 
 
 class IsolatedWorker:
-    """One child process per candidate, reused across cases, restarted after a fault; its
-    cases of one shape share a case process, forked afresh for each other shape."""
+    """One child process, reused across cases of any candidate (it never runs one itself),
+    restarted after a fault; consecutive cases of one candidate and shape share a case
+    process, forked afresh for anything else."""
 
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
         self.channel: Channel | None = None
-        self.last_shape: tuple | None = None  # of the case its case process ran last
+        self.last: tuple | None = None  # process_key of the case its case process ran last
         self.sanitizer_logs: sanitize.LogReader | None = None  # under --sanitize
 
     def _start(self, tool: str | None = None) -> None:
-        self.last_shape = None
+        self.last = None
         if tool and self.sanitizer_logs is None:
             self.sanitizer_logs = sanitize.LogReader(sanitize.new_log_dir())
         log_dir = str(self.sanitizer_logs.log_dir) if tool else None
@@ -231,9 +238,9 @@ class IsolatedWorker:
             except WorkerStartError as exc:
                 return Fault("error", str(exc))
         try:
-            if needs_fresh_process(self.last_shape, case):
+            if needs_fresh_process(self.last, case):
                 self.channel.send(FRESH)
-            self.last_shape = case.shape
+            self.last = process_key(case)
             self.channel.send((op, case, options))
         except OSError:  # died between cases
             pass
@@ -319,7 +326,7 @@ MAX_FAULTS_PER_CASE = 3
 
 
 class Executor:
-    """Routes each case in process or to an idle worker of its candidate; owns the workers.
+    """Routes each case in process or to an idle worker; owns the workers.
 
     A crash or a timeout is pinned to the check (and the step) that was running; the
     case's other checks run again in a fresh worker. After ``MAX_FAULTS_PER_CASE`` such
@@ -329,10 +336,11 @@ class Executor:
     def __init__(self, isolate: bool | None = None, timeout_s: float | None = None):
         self.isolate = isolate
         self.timeout_s = timeout_s
-        # per candidate its workers, and of those the idle ones: cases of one candidate
-        # may run side by side (each case in a fresh process of its shape either way)
-        self.workers: dict[str, list[IsolatedWorker]] = {}
-        self.idle: dict[str, list[IsolatedWorker]] = {}
+        # every worker started, and of those the idle ones: one pool for all candidates (a
+        # worker only forks case processes), so a run starts no more workers than cases
+        # run side by side; each start imports torch (about 3.5 s, a core's worth)
+        self.workers: list[IsolatedWorker] = []
+        self.idle: list[IsolatedWorker] = []
         self.phase_seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         self._lock = threading.Lock()
         self.closed = False
@@ -353,23 +361,29 @@ class Executor:
             with self._lock:
                 add_phases(self.phase_seconds, phases)
                 if worker is not None:
-                    self.idle[case.candidate].append(worker)
+                    self.idle.append(worker)
 
     def _take_worker(self, case: Case) -> IsolatedWorker | None:
-        """An idle worker of the case's candidate (one that last ran this shape first: its
-        case process goes on), else a new one; None once the run is closing."""
+        """An idle worker, else a new one; None once the run is closing. Of the idle ones,
+        first one whose case process ran this candidate and shape last (it goes on), then
+        one that ran this candidate, then any (a fresh case process either way)."""
         with self._lock:
             if self.closed:
                 return None
-            idle = self.idle.setdefault(case.candidate, [])
-            same = [w for w in idle if w.last_shape == case.shape]
-            if same or idle:
-                worker = (same or idle)[0]
-                idle.remove(worker)
-                return worker
+            key = process_key(case)
+            ranked = sorted(self.idle, key=lambda w: (w.last != key, _candidate(w) != key[0]))
+            if ranked:
+                self.idle.remove(ranked[0])
+                return ranked[0]
             worker = IsolatedWorker()
-            self.workers.setdefault(case.candidate, []).append(worker)
+            self.workers.append(worker)
             return worker
+
+    def idle_candidates(self) -> set[str]:
+        """The candidates whose last case an idle worker ran (the schedule gives a free
+        slot to one of them first: its case process may go on)."""
+        with self._lock:
+            return {_candidate(w) for w in self.idle} - {None}
 
     def _attempts(self, op, case, options, attempt, timeout, pending, phases):
         """Attempts until every check of ``pending`` has a result (see the class)."""
@@ -410,7 +424,7 @@ class Executor:
         """Start no worker from now on; the workers started so far."""
         with self._lock:
             self.closed = True
-            return [w for group in self.workers.values() for w in group]
+            return list(self.workers)
 
     def kill(self) -> None:
         """Kill every worker now (their pipes stay open until :meth:`close`, so a thread
@@ -424,6 +438,10 @@ class Executor:
         with self._lock:
             self.workers.clear()
             self.idle.clear()
+
+
+def _candidate(worker: IsolatedWorker) -> str | None:
+    return worker.last[0] if worker.last else None
 
 
 def _pass_on(gen, pending: list[str]):

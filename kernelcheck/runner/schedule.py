@@ -3,8 +3,8 @@
 The candidates of one group (dtype, shape, attributes) share the group's trials
 (``cases/trial_store.py``): the first case of the group to run computes and stores them,
 the next ones read them. Isolated cases run in worker processes, so up to one case per
-core can run at the same time, each in a worker of its candidate (a candidate gets a
-second worker when its cases are the ones left):
+core can run at the same time, each in a worker of the shared pool (a free worker takes
+the next case of the candidate it ran last, else of the one furthest behind):
 
 - a case starts only while no other case of its group runs, so every trial part is
   computed once, by whichever candidate comes first (each worker takes its first case
@@ -54,7 +54,7 @@ def shared_groups(cases: list[Case]) -> list[tuple]:
 
 
 def concurrency(op: OpSpec, cases: list[Case], isolate: bool | None) -> int:
-    """How many cases may run at once: one per core (each in a worker of its candidate);
+    """How many cases may run at once: one per core (each in a worker of the pool);
     1 when any case runs in process."""
     if not cases or not all(wants_isolation(op, c, isolate) for c in cases):
         return 1
@@ -182,11 +182,17 @@ class Schedule:
 
     def _order(self, started: set[int]) -> list[str]:
         """Candidates by their earliest case not yet started: a free slot goes to the one
-        furthest behind, so no candidate waits for the others to run out of cases."""
+        furthest behind, so no candidate waits for the others to run out of cases; but
+        first to one whose last case an idle worker ran, whose case process goes on (a
+        fresh one would map its heap and shared trials afresh)."""
         first = {
             c: next((i for i in todo if i not in started), None) for c, todo in self.todo.items()
         }
-        return sorted((c for c, i in first.items() if i is not None), key=lambda c: first[c])
+        warm = (
+            self.executor.idle_candidates() if hasattr(self.executor, "idle_candidates") else set()
+        )
+        left = [c for c, i in first.items() if i is not None]
+        return sorted(left, key=lambda c: (c not in warm, first[c]))
 
     def _next(self, running: set[int], started: set[int], done: set[int]) -> int | None:
         """The case for a free slot: the first one :meth:`_pick` gives, asking the

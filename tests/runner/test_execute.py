@@ -1,11 +1,11 @@
 """The executor's workers (kernelcheck/runner/execute.py): one per case running at a time,
-per candidate, reused once idle."""
+one pool for every candidate, reused once idle."""
 
 from __future__ import annotations
 
 from kernelcheck.cases.grid import Case
 from kernelcheck.runner import execute
-from kernelcheck.runner.execute import Executor
+from kernelcheck.runner.execute import Executor, process_key
 
 
 def _case(cand: str, vocab: int) -> Case:
@@ -13,25 +13,27 @@ def _case(cand: str, vocab: int) -> Case:
 
 
 class FakeWorker:
-    """Stands for an isolated worker: remembers the shape it ran last."""
+    """Stands for an isolated worker: remembers the (candidate, shape) it ran last."""
 
     def __init__(self):
-        self.last_shape = None
+        self.last = None
 
 
-def test_a_busy_workers_candidate_gets_another_and_idle_ones_are_reused(monkeypatch):
+def test_a_busy_worker_means_another_and_idle_ones_serve_any_candidate(monkeypatch):
     monkeypatch.setattr(execute, "IsolatedWorker", FakeWorker)
     ex = Executor()
-    a, b = _case("torch", 33), _case("torch", 65)
+    a, b = _case("torch", 33), _case("cpu", 65)
     first = ex._take_worker(a)
     second = ex._take_worker(b)  # the first still busy: a second worker
     assert first is not second
-    first.last_shape, second.last_shape = a.shape, b.shape
-    ex.idle["torch"] += [first, second]
-    assert ex._take_worker(b) is second  # the idle one that ran this shape last
-    assert ex._take_worker(_case("torch", 129)) is first
-    assert ex._take_worker(_case("cpu", 33)) not in (first, second)  # per candidate
-    assert len(ex.workers["torch"]) == 2
+    first.last, second.last = process_key(a), process_key(b)
+    ex.idle += [first, second]
+    assert ex.idle_candidates() == {"torch", "cpu"}
+    assert ex._take_worker(_case("cpu", 65)) is second  # its case process goes on
+    assert ex._take_worker(_case("cpu", 129)) is first  # else any idle one: one pool
+    assert len(ex.workers) == 2  # no start beyond the cases running side by side
+    ex.idle += [first, second]
+    assert ex._take_worker(_case("cpu", 257)) is second  # the one that ran this candidate
 
 
 def test_no_worker_once_the_run_is_closing(monkeypatch):

@@ -13,7 +13,7 @@ import os
 import pytest
 
 from kernelcheck.cases.grid import Case
-from kernelcheck.runner.execute import needs_fresh_process
+from kernelcheck.runner.execute import needs_fresh_process, process_key
 from kernelcheck.runner.worker import Channel
 from tests.conftest import run_fp32, with_candidate, with_grid_shapes
 
@@ -21,14 +21,15 @@ A = {"batch": 2, "seq": 16, "vocab": 257}
 B = {"batch": 2, "seq": 3, "vocab": 1000}
 
 
-def _case(vocab: int, dtype: str = "fp32") -> Case:
-    return Case("logp", "x", "cpu", dtype, (("batch", 2), ("vocab", vocab)), (0,), ("normal",))
+def _case(vocab: int, dtype: str = "fp32", cand: str = "x") -> Case:
+    return Case("logp", cand, "cpu", dtype, (("batch", 2), ("vocab", vocab)), (0,), ("normal",))
 
 
-def test_a_new_shape_gets_a_fresh_process_and_a_new_dtype_does_not():
+def test_a_new_shape_or_candidate_gets_a_fresh_process_and_a_new_dtype_does_not():
     assert not needs_fresh_process(None, _case(257))  # a new worker is fresh
-    assert not needs_fresh_process(_case(257).shape, _case(257, "bf16"))
-    assert needs_fresh_process(_case(257).shape, _case(1000))
+    assert not needs_fresh_process(process_key(_case(257)), _case(257, "bf16"))
+    assert needs_fresh_process(process_key(_case(257)), _case(1000))
+    assert needs_fresh_process(process_key(_case(257)), _case(257, cand="y"))
 
 
 def test_an_exact_reader_leaves_the_next_message_for_the_next_process():

@@ -247,3 +247,12 @@ def test_a_case_runs_at_its_thread_count_and_the_process_keeps_its_own(catalog):
     (res,) = run_case(op, case, RunOptions(threads=want))
     assert f"ran at {want} threads" in res.message, res.message
     assert torch.get_num_threads() == before
+
+
+def test_a_free_slot_goes_first_to_the_candidate_an_idle_worker_ran_last(tmp_path):
+    """Its case process goes on; the others' order is unchanged (furthest behind first)."""
+    cases = _plan()  # torch, cpu per group
+    sched = Schedule(StandIn(), None, cases, RunOptions(), tmp_path, budget=1000, jobs=2)
+    assert sched._order(set()) == ["torch", "cpu"]
+    sched.executor.idle_candidates = lambda: {"cpu"}
+    assert sched._order(set()) == ["cpu", "torch"]
