@@ -18,6 +18,7 @@ from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
 from kernelcheck.checks import CHECKS, Outcome
 from kernelcheck.compare import op_spec_digest, plan_digest
 from kernelcheck.errors import Interrupted, SpecError, UsageError
+from kernelcheck.fresh_memory import poisoned_allocations
 from kernelcheck.results import CheckResult, Report, environment
 from kernelcheck.runner import sanitize
 from kernelcheck.runner.case import RunOptions, make_result
@@ -225,7 +226,8 @@ def _probe_candidates(
             # the run before it starts (exit 2), so a broken kernel module fails the gate
             # loudly instead of as a pile of per-check errors
             try:
-                candidates.load(cand)
+                with poisoned_allocations():  # its import's allocations read NaN, as in a case
+                    candidates.load(cand)
             except ImportPathError as exc:
                 raise UsageError(
                     f"{cand.source}: candidate.{name}.callable: cannot load: {exc}"
@@ -506,7 +508,8 @@ def describe(catalog: Catalog) -> dict:
         for cname, cand in op.candidates.items():
             load_error = None
             try:
-                candidates.load(cand)
+                with poisoned_allocations():  # its import's allocations read NaN, as in a case
+                    candidates.load(cand)
             except ImportPathError as exc:
                 load_error = str(exc)
             cands[cname] = {

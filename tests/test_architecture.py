@@ -49,6 +49,7 @@ STAGES = [
             "kernelcheck.memory",
             "kernelcheck.environment",
             "kernelcheck.flushed_exp",
+            "kernelcheck.fresh_memory",
             "kernelcheck.smaps",
         ],
     ),

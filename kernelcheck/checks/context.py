@@ -13,6 +13,7 @@ from kernelcheck.cases.inputs import make_inputs, make_upstream
 from kernelcheck.cases.trial_store import SharedTrials, trial_key
 from kernelcheck.checks.outcome import CandidateFault, WrongOutput, candidate_fault
 from kernelcheck.checks.rows import flat_rows
+from kernelcheck.fresh_memory import poisoned_allocations
 from kernelcheck.spec.model import OpSpec, Tolerance
 from kernelcheck.timing import PhaseClock
 
@@ -75,7 +76,7 @@ class CaseContext:
     def call(self, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """Call the candidate as the gold is called: ``fn(**inputs)``; outputs as a list."""
         try:
-            with torch.no_grad(), self.clock.phase("candidate"):
+            with torch.no_grad(), self.clock.phase("candidate"), poisoned_allocations():
                 out = self.fn(**inputs)
         except Exception as exc:
             raise candidate_fault(exc, "candidate raised") from None
@@ -89,7 +90,7 @@ class CaseContext:
         for name in self.op.grad_inputs:
             args[name] = args[name].detach().requires_grad_(True)
         try:
-            with torch.enable_grad(), self.clock.phase("candidate"):
+            with torch.enable_grad(), self.clock.phase("candidate"), poisoned_allocations():
                 outs = self.outputs_list(self.fn(**args))
                 for i, (o, u) in enumerate(zip(outs, upstream)):
                     if tuple(o.shape) != tuple(u.shape):

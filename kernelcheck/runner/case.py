@@ -23,6 +23,7 @@ from kernelcheck.cases.trial_store import SharedTrials
 from kernelcheck.checks import CHECKS, CandidateFault, CaseContext, Check, Outcome, Trial
 from kernelcheck.checks.context import no_progress
 from kernelcheck.checks.threads import torch_threads
+from kernelcheck.fresh_memory import poisoned_allocations
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.imports import ImportPathError, resolve
@@ -153,7 +154,8 @@ def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
 
     progress(None, "loading the candidate")
     try:
-        loaded = candidates.load(cand)
+        with poisoned_allocations():  # what its import allocates reads NaN too
+            loaded = candidates.load(cand)
         gold_fn = resolve(op.gold, op.base_dir)
         reference_fn = resolve(op.reference, op.base_dir) if op.reference else None
         gold_backward_fn = resolve(op.gold_backward, op.base_dir) if op.gold_backward else None

@@ -13,7 +13,8 @@ the worker's pristine state (``runner/worker.py``): a JIT-compiling candidate ca
 carry a kernel compiled for one shape into the judgment of another, nor leave memory,
 caches or module state behind. In process nothing can be restarted: a candidate keeps
 what earlier cases left in the process, so only isolated verdicts are independent of the
-plan's order. Either way fresh memory is poisoned while a case runs (``runner/poison.py``).
+plan's order. Either way what the candidate allocates reads NaN until written
+(``runner/poison.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from kernelcheck.checks.outcome import Outcome
 from kernelcheck.results import CheckResult
 from kernelcheck.runner import sanitize
 from kernelcheck.runner.case import RunOptions, make_result, run_case
-from kernelcheck.runner.poison import poisoned_fresh_memory
+from kernelcheck.runner.poison import poison_cached_device_memory
 from kernelcheck.runner.worker import FRESH, Channel
 from kernelcheck.runner.worker_environment import worker_environment
 from kernelcheck.spec.model import OpSpec
@@ -105,8 +106,8 @@ def attempt_in_process(
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
     gen = run_case(op, case, options, at, clock)
     try:
-        with poisoned_fresh_memory(case.device):  # restored after: the process is the user's
-            yield from gen
+        poison_cached_device_memory(case.device)  # CUDA: the cache's free blocks read NaN
+        yield from gen
     except CaseTimeout:
         gen.close()
         message = f"did not finish within {timeout_s:g} s (in process: candidate interrupted)"

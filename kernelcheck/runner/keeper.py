@@ -55,7 +55,7 @@ def keeper_status() -> dict:
 
 def _poison_note() -> str:
     """What a case's fresh memory reads (runner/poison.py)."""
-    from kernelcheck.runner.poison import cpu_poison_available
+    from kernelcheck.fresh_memory import cpu_poison_available
 
     if cpu_poison_available():
         return "fresh memory: torch CPU allocations read NaN in every case"

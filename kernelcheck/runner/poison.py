@@ -7,12 +7,10 @@ hands a freed small block straight back, and the caching allocators of CUDA and 
 hand back their freed blocks as they were. The environment of a case may only expose such
 bugs, so every source of fresh memory is poisoned:
 
-- torch's CPU allocator: libc10's global ``FLAGS_caffe2_cpu_allocator_do_junk_fill``
-  makes it fill every allocation with the 32-bit pattern 0x7fedbeef (NaN in fp32; in bf16
-  and fp16 every other element is NaN; in fp64 a huge finite 1.7e308). It is switched on
-  for the life of kernelcheck's isolated workers (:func:`poison_cpu_allocations`) and, in
-  process, only while a case runs (:func:`poisoned_fresh_memory`): importing kernelcheck
-  changes nothing in the importer's process.
+- torch's CPU allocator: its junk fill (``kernelcheck/fresh_memory.py``) is on while a
+  candidate's code runs, its import and each call, in every process: every tensor the
+  candidate allocates reads NaN until written. Importing kernelcheck changes nothing in
+  the importer's process.
 - native blocks of 32 MB or more in isolated workers: the large-block keeper
   (``allocator_cpu/keep_large.c``) fills every block it hands out with 0xFF bytes and
   makes a freed one unreadable.
@@ -26,68 +24,10 @@ bugs, so every source of fresh memory is poisoned:
 
 from __future__ import annotations
 
-import ctypes
-import functools
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-
-JUNK_FLAG = "FLAGS_caffe2_cpu_allocator_do_junk_fill"
-_C10_NAMES = ("libc10.so", "libc10.dylib", "c10.dll")
 # what a device's cache is primed with before it is poisoned, so a case's first small and
 # large allocations find a poisoned block; requests up to SMALL_MAX take small-pool blocks
 SMALL_MAX = 1 << 20
 PRIME_BYTES = (512, SMALL_MAX, 32 << 20)
-
-
-@functools.cache
-def _junk_flag() -> ctypes.c_bool | None:
-    """torch's CPU junk-fill switch, or None where this torch's libc10 does not export it."""
-    import torch
-
-    lib_dir = Path(torch.__file__).parent / "lib"
-    for name in _C10_NAMES:
-        if (lib_dir / name).exists():
-            try:
-                return ctypes.c_bool.in_dll(ctypes.CDLL(str(lib_dir / name)), JUNK_FLAG)
-            except (OSError, ValueError):
-                return None
-    return None
-
-
-def cpu_poison_available() -> bool:
-    """Whether torch's CPU allocations can be poisoned here (the flag exists)."""
-    return _junk_flag() is not None
-
-
-def set_cpu_poison(on: bool) -> bool | None:
-    """Switch torch's CPU junk fill; the previous setting (None: not available here)."""
-    flag = _junk_flag()
-    if flag is None:
-        return None
-    previous = bool(flag.value)
-    flag.value = on
-    return previous
-
-
-def poison_cpu_allocations() -> bool:
-    """For a whole process of kernelcheck's own (an isolated worker): every torch CPU
-    allocation from now on reads NaN until written. False where torch has no such flag."""
-    return set_cpu_poison(True) is not None
-
-
-@contextmanager
-def poisoned_fresh_memory(device: str) -> Iterator[None]:
-    """In process, for one case: torch's CPU allocations are poisoned, and the device's
-    cached free blocks (CUDA) are poisoned first; the previous CPU setting comes back at
-    the end, so the importer's process is as it was between cases."""
-    previous = set_cpu_poison(True)
-    try:
-        poison_cached_device_memory(device)
-        yield
-    finally:
-        if previous is not None:
-            set_cpu_poison(previous)
 
 
 def _free_block_pieces(backend, index: int) -> list[int]:
@@ -138,12 +78,3 @@ def poison_cached_device_memory(device: str) -> int:
     backend.synchronize(dev)
     held.clear()
     return filled
-
-
-__all__ = [
-    "cpu_poison_available",
-    "poison_cached_device_memory",
-    "poison_cpu_allocations",
-    "poisoned_fresh_memory",
-    "set_cpu_poison",
-]

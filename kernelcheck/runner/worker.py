@@ -4,13 +4,12 @@ A fresh interpreter (not ``multiprocessing``), so it never re-imports the parent
 script. It talks to the parent over its stdin/stdout with length-prefixed pickles; the
 candidate's own prints go to stderr so they cannot corrupt the channel.
 
-It imports torch and kernelcheck's checks, poisons torch's CPU allocations
-(``runner/poison.py``), and then runs no case itself: each case runs in a process forked
-from it, which serves the parent's cases until the parent asks for a fresh one
-(:data:`FRESH`, when a candidate's next case has another shape: a verdict must not depend on
-what ran before it, such as a kernel compiled for an earlier shape). A case process that
-crashes takes the worker down with the same signal or exit code, so the parent sees what it
-would have seen had the case run in the worker itself.
+It imports torch and kernelcheck's checks, and then runs no case itself: each case runs in
+a process forked from it, which serves the parent's cases until the parent asks for a
+fresh one (:data:`FRESH`, when the next case has another candidate or shape: a verdict
+must not depend on what ran before it, such as a kernel compiled for an earlier shape). A
+case process that crashes takes the worker down with the same signal or exit code, so the
+parent sees what it would have seen had the case run in the worker itself.
 """
 
 from __future__ import annotations
@@ -88,10 +87,8 @@ def main() -> None:
     import torch  # noqa: F401 - imported before "ready": start-up is not case time
 
     from kernelcheck.runner.malloc_tuning import keep_chunks_in_heap
-    from kernelcheck.runner.poison import poison_cpu_allocations
 
     keep_chunks_in_heap()
-    poison_cpu_allocations()  # before any candidate loads: every torch CPU tensor reads NaN
 
     # torch's own lazy import on the first torch.autograd.grad (it pulls in sympy): about a
     # CPU second in every case process otherwise

@@ -1,4 +1,5 @@
-"""Fresh memory is poisoned, never zeroed (kernelcheck/runner/poison.py, allocator_cpu/).
+"""Fresh memory is poisoned, never zeroed (kernelcheck/fresh_memory.py, runner/poison.py,
+allocator_cpu/).
 
 A candidate that leaves output elements unwritten, or reads a workspace it freed, must fail
 in every way a case can run: isolated with the large-block keeper, isolated without it, and
@@ -15,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from kernelcheck import api
+from kernelcheck import api, fresh_memory
 from kernelcheck.runner import poison
 from kernelcheck.runner.keeper import NO_KEEP_LARGE_ENV, keeper_status
 from tests.conftest import with_candidate
@@ -24,7 +25,7 @@ from tests.fixtures.memory_bugs import WORKSPACE_C, WORKSPACE_LIB_ENV
 SHAPE = {"batch": 2, "seq": 16, "vocab": 257}  # 5% ignore-index targets: some rows unwritten
 CHECKS = ["forward_accuracy", "forward_precision", "contract"]
 needs_flag = pytest.mark.skipif(
-    not poison.cpu_poison_available(), reason="this torch's libc10 has no junk-fill flag"
+    not fresh_memory.cpu_poison_available(), reason="this torch's libc10 has no junk-fill flag"
 )
 
 
@@ -49,26 +50,40 @@ def _run(catalog, name: str, callable_: str, isolate: bool, checks=CHECKS, backw
 
 
 @needs_flag
-@pytest.mark.slow
-def test_poisoning_in_process_is_scoped_and_restores_the_previous_setting():
-    """Importing kernelcheck changes nothing; a case in process poisons torch's CPU
-    allocations while it runs and puts back whatever was set before."""
+def test_poisoning_is_scoped_to_candidate_code_and_restores_the_previous_setting():
+    """Importing kernelcheck changes nothing; the junk fill is on while candidate code runs
+    and puts back whatever was set before."""
     script = (
-        "import kernelcheck.api, kernelcheck.runner.execute as e, kernelcheck.runner.poison as p;"
-        "print(p._junk_flag().value)"
+        "import kernelcheck.api, kernelcheck.runner.execute, kernelcheck.fresh_memory as m;"
+        "print(m._junk_flag().value)"
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert out.stdout.split()[-1] == "False", out.stderr
     for before in (False, True):
-        poison.set_cpu_poison(before)
+        fresh_memory.set_cpu_poison(before)
         try:
-            with poison.poisoned_fresh_memory("cpu"):
+            with fresh_memory.poisoned_allocations():
                 assert bool(torch.empty(1000).isnan().all())
                 half = torch.empty(1000, dtype=torch.bfloat16)  # every other element NaN
                 assert bool(half[1::2].isnan().all())
-            assert poison._junk_flag().value is before
+            assert fresh_memory._junk_flag().value is before
         finally:
-            poison.set_cpu_poison(False)
+            fresh_memory.set_cpu_poison(False)
+
+
+@needs_flag
+def test_the_candidates_own_allocations_read_nan_and_kernelchecks_are_not_filled(catalog):
+    """A candidate's allocations at import and in each call are filled; between calls
+    (where kernelcheck places inputs and computes the gold) the fill is off."""
+    fresh_memory.set_cpu_poison(False)
+    sys.modules.pop("fresh_memory_probe", None)  # imported afresh by the candidate loader
+    res = _run(catalog, "peek", "fresh_memory_probe:reports_fresh_memory", False, ["contract"])
+    assert res["peek"]["contract"].status == "pass"
+    probe = sys.modules["fresh_memory_probe"]
+    assert probe.SEEN and all(probe.SEEN), "every call's fresh tensor read NaN"
+    assert probe.AT_IMPORT_NAN, "the import's fresh tensor read NaN"
+    assert not fresh_memory._junk_flag().value  # off again after the case
+    assert not bool(torch.empty(1 << 16).isnan().any())  # and here, between cases
 
 
 @needs_flag
@@ -134,7 +149,7 @@ def test_a_freed_large_workspace_read_back_crashes_the_case(catalog, tmp_path, m
 def test_keeper_status_says_whether_fresh_memory_is_poisoned():
     """``kernelcheck doctor`` prints the keeper's reason: it says what poisons memory."""
     reason = keeper_status()["reason"]
-    if poison.cpu_poison_available():
+    if fresh_memory.cpu_poison_available():
         assert "torch CPU allocations read NaN" in reason
     else:
         assert "not poisoned" in reason
