@@ -3,9 +3,14 @@
 
 
 def main() -> None:
+    import sys
+
     from kernelcheck.environment import set_command_defaults
 
     set_command_defaults()
+    from kernelcheck.runner import spares  # imports no torch
+
+    spares.prestart(spares.wanted(sys.argv[1:]))  # workers import torch while we do
     from kernelcheck.cli import entry
 
     entry()

@@ -7,6 +7,9 @@ import os
 # Two xdist workers share two cores: OpenMP threads that spin while waiting turn every
 # small torch op into a scheduler quantum. Sleep instead (set before torch loads).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# The suite's many short `kernelcheck run`s would each start workers they never use
+# (runner/spares.py); tests/runner/test_spares.py turns them back on.
+os.environ.setdefault("KERNELCHECK_NO_SPARES", "1")
 
 from pathlib import Path
 

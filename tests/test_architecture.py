@@ -51,6 +51,7 @@ STAGES = [
             "kernelcheck.flushed_exp",
             "kernelcheck.fresh_memory",
             "kernelcheck.smaps",
+            "kernelcheck.native_files",
         ],
     ),
     ("spec model", ["kernelcheck.spec.model", "kernelcheck.spec.imports"]),

@@ -33,7 +33,7 @@ from types import ModuleType
 import torch
 
 from kernelcheck.candidates import devices
-from kernelcheck.candidates.native.library import search_dirs
+from kernelcheck.native_files import search_dirs
 
 IMPLEMENTATION = "ascend-c:kernelcheck_ascend.fused_logp_forward"
 EXTENSION_NAME = "kernelcheck_ascend"

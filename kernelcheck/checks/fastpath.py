@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernelcheck.candidates.native import library
+from kernelcheck.native_files import find_named, shared_library_name
 
-FILENAME = library.shared_library_name("kc_metrics_cpu")
+FILENAME = shared_library_name("kc_metrics_cpu")
 ABI_VERSION = 1
 MIN_ELEMENTS = 1 << 16  # smaller chunks stay with torch: a thread start costs more there
 FORCE_TORCH_ENV = "KERNELCHECK_TORCH_METRICS"
@@ -37,7 +37,7 @@ def _load():
     global _lib
     if _lib is _NOT_LOADED:
         _lib = None
-        path = library.find_named(FILENAME)[0]
+        path = find_named(FILENAME)[0]
         if path is not None:
             try:
                 lib = ctypes.CDLL(str(path))
@@ -89,7 +89,7 @@ def use_avx2(on: bool) -> str | None:
 
 def status() -> dict:
     """``dict(status=available|missing|off, path, reason)`` for ``kernelcheck doctor``."""
-    path = library.find_named(FILENAME)[0]
+    path = find_named(FILENAME)[0]
     if path is None:
         reason = f"{FILENAME} not built: comparisons take the torch passes (slower)"
         return {"status": "missing", "path": None, "reason": reason}

@@ -1,6 +1,6 @@
-"""Drives stages 2-4 for each case: load the candidate, draw trials, run the checks."""
+"""Drives stages 2-4 for each case: load the candidate, draw trials, run the checks
+(``runner/case.py``), in isolated workers side by side (``execute.py``, ``schedule.py``).
 
-from kernelcheck.runner.case import run_case
-from kernelcheck.runner.repro import repro_command
-
-__all__ = ["repro_command", "run_case"]
+Importing the package imports nothing heavy, so the command can start its workers before
+torch loads (``runner/spares.py``).
+"""

@@ -33,11 +33,10 @@ from kernelcheck.cases.grid import Case
 from kernelcheck.checks import memory_safety
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.results import CheckResult
-from kernelcheck.runner import sanitize
+from kernelcheck.runner import sanitize, spares
 from kernelcheck.runner.case import RunOptions, make_result, run_case
 from kernelcheck.runner.poison import poison_cached_device_memory
 from kernelcheck.runner.worker import FRESH, Channel
-from kernelcheck.runner.worker_environment import worker_environment
 from kernelcheck.spec.model import OpSpec
 from kernelcheck.timing import PHASES, PhaseClock, add_phases
 
@@ -160,14 +159,9 @@ class IsolatedWorker:
         if tool and self.sanitizer_logs is None:
             self.sanitizer_logs = sanitize.LogReader(sanitize.new_log_dir())
         log_dir = str(self.sanitizer_logs.log_dir) if tool else None
-        self.proc = subprocess.Popen(
-            sanitize.worker_command(tool, log_dir),
-            env={**worker_environment(), **sanitize.worker_env(tool)},  # large-block keeper
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            start_new_session=True,  # a terminal's Ctrl-C reaches the parent only
-        )
-        self.channel = Channel(self.proc.stdout.fileno(), self.proc.stdin.fileno())
+        # one the command started before it imported torch (runner/spares.py), or a new one
+        started = None if tool else spares.take()
+        self.proc, self.channel = started or spares.spawn(tool, log_dir)
         self.channel.send(list(sys.path))
         # start-up (importing torch) is not the case's time: wait for the worker to be ready
         try:

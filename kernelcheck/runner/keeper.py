@@ -33,7 +33,7 @@ def _keeper_path():
     """The built shim (None: not built, or not Linux, where LD_PRELOAD does not apply)."""
     if not sys.platform.startswith("linux"):
         return None
-    from kernelcheck.candidates.native.library import find_named
+    from kernelcheck.native_files import find_named
 
     return find_named(KEEP_LARGE)[0]
 

@@ -82,7 +82,6 @@ def main() -> None:
     # exact reads: a case process that retires must leave the next message in the pipe
     channel = Channel(sys.stdin.fileno(), os.dup(sys.stdout.fileno()), exact=True)
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints of candidates go to stderr
-    sys.path[:] = channel.recv()  # the parent's import path, for candidates found through it
 
     import torch  # noqa: F401 - imported before "ready": start-up is not case time
 
@@ -96,6 +95,9 @@ def main() -> None:
 
     import kernelcheck.runner.case  # noqa: F401 - the checks, imported once for every fork
 
+    # then the parent's import path, for candidates found through it: a spare started
+    # before the parent planned its run (runner/spares.py) gets it when it is taken
+    sys.path[:] = channel.recv()
     channel.send(("ready", None))
     while _case_process(channel):
         pass

@@ -476,8 +476,10 @@ def test_c_abi_argument_checks():
 
 
 def test_library_status_missing_reports_where_it_looked(monkeypatch, tmp_path):
-    monkeypatch.setattr(library, "search_dirs", lambda: [tmp_path / "nowhere"])
-    monkeypatch.setattr(library, "_REPO_ROOT", tmp_path)
+    from kernelcheck import native_files
+
+    monkeypatch.setattr(native_files, "search_dirs", lambda: [tmp_path / "nowhere"])
+    monkeypatch.setattr(native_files, "_REPO_ROOT", tmp_path)
     st = library.library_status("cpu")
     assert st["status"] == "missing" and st["path"] is None
     assert "not built" in st["reason"] and str(tmp_path / "nowhere") in st["reason"]

@@ -69,7 +69,7 @@ print("ok", first == c.data_ptr())
 
 
 def _keeper():
-    from kernelcheck.candidates.native.library import find_named
+    from kernelcheck.native_files import find_named
     from kernelcheck.runner.keeper import KEEP_LARGE
 
     return find_named(KEEP_LARGE)[0]
