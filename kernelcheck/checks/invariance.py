@@ -84,6 +84,8 @@ def placed_rows(
     gathered straight into place on the CPU (host-side, then one transfer, elsewhere)."""
     inner = tuple(pool.shape[1:])
     buf = torch.empty(math.prod((*lead, *inner)) + int(misalign), dtype=pool.dtype, device=device)
+    if misalign and pool.is_floating_point():  # a read before the rows reads NaN
+        buf[:1].fill_(float("nan"))
     dst = buf[int(misalign) :].view(len(index), *inner)
     if len(index) == 1:
         dst.copy_(pool[index[0] : index[0] + 1])

@@ -118,3 +118,16 @@ def test_only_the_lead_shape_may_differ_for_a_pool_to_be_shared(catalog):
     ]
     marked = [c.pool_judged_in for c in share_invariance_pools(op, cases)]
     assert marked == [None, "torch-fp32-2x257", None, None, None, None]
+
+
+def test_a_misaligned_placement_has_nan_before_its_rows():
+    """kernelcheck's own allocations are not junk-filled (only a candidate's are), so the
+    one element before misaligned rows is set to NaN: a kernel reading before its row
+    start reads NaN there, as it did when every allocation was filled."""
+    from kernelcheck.checks.invariance import placed_rows
+
+    pool = torch.arange(12, dtype=torch.float32).view(4, 3)
+    got = placed_rows(pool, [2, 0], (2,), "cpu", True)
+    assert torch.equal(got, pool[[2, 0]])
+    before = torch.as_strided(got, (1,), (1,), got.storage_offset() - 1)
+    assert bool(before.isnan().all())
