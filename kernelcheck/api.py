@@ -23,7 +23,7 @@ from kernelcheck.results import CheckResult, Report, environment
 from kernelcheck.runner import sanitize
 from kernelcheck.runner.case import RunOptions, make_result
 from kernelcheck.runner.execute import Executor
-from kernelcheck.runner.schedule import Schedule, concurrency, shared_groups
+from kernelcheck.runner.schedule import Schedule, concurrency, shared_groups, with_threads
 from kernelcheck.spec.imports import ImportPathError, resolve
 from kernelcheck.spec.load import DEVICE_ALIASES, Catalog, load_catalog, resolve_shape
 from kernelcheck.spec.model import OpSpec
@@ -92,6 +92,7 @@ def plan(
     allow_missing: Iterable[str] | str | None = None,
     sweeps: bool = False,
     sanitize: str | None = None,
+    threads: int | None = None,
 ) -> Plan:
     """Validate every choice before anything runs; raise :class:`UsageError` with the fix."""
     spec = catalog.op(op)
@@ -134,6 +135,8 @@ def plan(
 
     if timeout_s is not None and not timeout_s > 0:
         raise UsageError(f"--timeout: expected a number of seconds > 0, got {timeout_s}")
+    if threads is not None and threads < 1:
+        raise UsageError(f"--threads: expected a count >= 1, got {threads}")
     _resolve_gold(spec)
     dev = resolve_device(device)
     shapes = _sanitized_shapes(sanitize, dev, isolate, shapes, given=bool(shape))
@@ -145,6 +148,7 @@ def plan(
     digest = plan_digest(cases, check_grad)  # before sharding: the same in every shard
     if shard_kn:
         cases = shard(cases, *shard_kn)
+    cases = with_threads(spec, cases, isolate, threads)
     options = RunOptions(check_grad=check_grad, user_specs=catalog.user_specs, sanitize=sanitize)
     blocked = _first_cases(
         _cases(

@@ -153,6 +153,15 @@ def run(
             metavar="SECONDS",
         ),
     ] = None,
+    threads: Annotated[
+        Optional[int],
+        typer.Option(
+            "--threads",
+            help="CPU threads per case (default: its share of the cores side by side, "
+            "all of them alone); repros pin it.",
+            metavar="N",
+        ),
+    ] = None,
     baseline: Annotated[
         Optional[Path],
         typer.Option(
@@ -216,6 +225,7 @@ def run(
             allow_missing=allow_missing,
             sweeps=sweep,
             sanitize=sanitize,
+            threads=threads,
         )
     except UsageError as exc:
         _fail(str(exc))

@@ -31,6 +31,8 @@ class Case:
     # attributes and row sizes (only the lead shape differs): it judged the invariance
     # pool (the same rows, the same calls), so this case's invariance adds its own batch
     pool_judged_in: str | None = None
+    # the CPU threads the case runs at (None: the process's own count); its repro pins it
+    threads: int | None = None
 
     @property
     def sizes(self) -> dict[str, int]:

@@ -8,8 +8,9 @@ each of these layouts:
 - ``batches``: the R rows in a seeded random order, dealt into consecutive batches whose
   sizes cycle through ``batch_sizes`` and the odd sizes 3, 5, 7 (one real kernel differs
   only in batches of 3), each batch's storage starting one element past its allocation
-  (``misaligned``), every other batch at **one** CPU thread: rows at other positions, in
-  small batches, at other address alignments, with another thread count than alone;
+  (``misaligned``), every other batch at **one** CPU thread (alone runs at all cores, at
+  least 2, whatever the case's own count): rows at other positions, in small batches, at
+  other address alignments, with another thread count than alone;
 - ``one batch``: the R rows, each several times over, in one batch of ``big_rows``
   (4,096) rows, or at long rows of as many as hold ``big_elements`` (80M, 320 MiB of
   fp32: 553 rows at the Qwen3 vocab), with a 3-D lead shape (``lead_3d``) when it
@@ -33,6 +34,7 @@ changes escapes with probability (1 - p)^R at most; at p = 5% and R = 300 that i
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
@@ -49,10 +51,14 @@ ODD_SIZES = (3, 5, 7)  # always among the small batches
 POSITION_BUCKETS = 16  # the invariance grid's columns: positions in a batch, bucketed
 
 
-def other_thread_count() -> int:
-    """The small batches' CPU thread count: 1 against alone's all cores (2 on a machine
-    with one core, so that the counts differ anywhere)."""
-    return 1 if torch.get_num_threads() > 1 else 2
+def thread_counts() -> tuple[int, int]:
+    """(many, few): rows alone (and every other small batch, the one batch) run at
+    ``many`` CPU threads, all cores and at least 2, where a reduction over a long row is
+    split across threads when rows are fewer than threads (PyTorch's CPU ``sum`` does);
+    every other small batch at ``few``, 1. Fixed by the machine, never by the case's own
+    share of the cores: side by side a case runs at 1 thread, where alone would split
+    nothing and such a kernel would pass."""
+    return max(2, os.cpu_count() or 1), 1
 
 
 def position_counts(bad: torch.Tensor, buckets: int = POSITION_BUCKETS) -> tuple[int, list, list]:
@@ -199,9 +205,11 @@ class _Invariance(Check):
             return self._run(pool, index, lead, misalign)
 
         gen = torch.Generator().manual_seed(trial.seed * 7919 + rows)
+        many, few = thread_counts()
         # alone: the reference bits of every compared row, at all threads
         self.progress("alone (batch 1)")
-        alone = [run([r], (1,), False) for r in range(rows)]
+        with torch_threads(many):
+            alone = [run([r], (1,), False) for r in range(rows)]
         self.distinct += rows
         reference = self._reference(alone)
 
@@ -210,12 +218,11 @@ class _Invariance(Check):
         misalign = bool(self.params["misaligned"])
         order = torch.randperm(rows, generator=gen).tolist()
         label = f"batches of {'/'.join(map(str, small))}" + (" misaligned" if misalign else "")
-        threads = other_thread_count()
-        label += f", half at {threads} thread" + ("s" if threads > 1 else "")
+        label += f", half at {few} thread" + ("s" if few > 1 else "")
         self.progress(label)
         for k, batch in enumerate(deal(order, small)):
             # every other batch at the other thread count: both counts see every size
-            with torch_threads(threads if k % 2 == 0 else torch.get_num_threads()):
+            with torch_threads(few if k % 2 == 0 else many):
                 self._compare(trial, label, batch, run(batch, (len(batch),), misalign), reference)
 
         # the R rows again and again (copies cost nothing to draw), in a seeded order
@@ -223,7 +230,8 @@ class _Invariance(Check):
         shape_label, lead = lead_layouts(big, bool(self.params["lead_3d"]))[-1]
         label = f"one batch of {big} ({shape_label})"
         self.progress(label)
-        self._compare(trial, label, order, run(order, lead, False), reference)
+        with torch_threads(many):
+            self._compare(trial, label, order, run(order, lead, False), reference)
 
     def _placed(self, source, index, lead, misalign):
         """Fresh device inputs holding rows ``index`` of ``source`` (pool, upstream) in
@@ -272,7 +280,8 @@ class _Invariance(Check):
         ups = [u.reshape(math.prod(ctx.lead), *u.shape[len(ctx.lead) :]) for u in trial.upstream]
         label = f"own batch of {math.prod(ctx.lead)}"
         self.progress(label)
-        alone = [self._run((inputs, ups), [int(r)], (1,), False) for r in take]
+        with torch_threads(thread_counts()[0]):  # alone as in the pool: split if ever
+            alone = [self._run((inputs, ups), [int(r)], (1,), False) for r in take]
         reference = self._reference(alone)
         self._compare(trial, label, list(range(len(take))), results, reference, take.tolist())
 

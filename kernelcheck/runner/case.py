@@ -39,7 +39,6 @@ class RunOptions:
     shared_dir: str | None = None  # where trials are shared by every candidate (None: not)
     shared_budget: int = 0
     sanitize: str | None = None  # the compute-sanitizer tool the isolated workers run under
-    threads: int | None = None  # the case's CPU threads (None: the process's own count)
 
 
 def make_result(
@@ -134,11 +133,11 @@ def run_case(
     clock: PhaseClock | None = None,
 ) -> Iterator[CheckResult]:
     """Yield one result per check of ``case``; ``progress(check, probe)`` hears each step,
-    ``clock`` collects the phase times. At ``options.threads`` CPU threads, if set."""
-    if options.threads is None:
+    ``clock`` collects the phase times. At ``case.threads`` CPU threads, if set."""
+    if case.threads is None:
         yield from _run_case(op, case, options, progress, clock)
         return
-    with torch_threads(options.threads):
+    with torch_threads(case.threads):
         yield from _run_case(op, case, options, progress, clock)
 
 

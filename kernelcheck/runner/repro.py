@@ -44,4 +44,6 @@ def repro_command(
         argv += ["--distributions", distribution]
     if not check_grad:
         argv += ["--no-check-grad"]
+    if case.threads is not None:
+        argv += ["--threads", str(case.threads)]
     return shlex.join(argv)

@@ -61,15 +61,21 @@ def concurrency(op: OpSpec, cases: list[Case], isolate: bool | None) -> int:
     return max(1, min(len(cases), os.cpu_count() or 1))
 
 
-def case_threads(jobs: int, alone: bool) -> int | None:
-    """The CPU threads of a case that runs beside ``jobs - 1`` others: its share of the
-    cores (None: all of them, for a case that runs alone). Two cases at all cores each
-    on 2 cores oversubscribe them: measured, the default logp run took 39.1 s with 71 CPU
-    seconds, and 33-37 s with 61 at one thread per case. The checks still vary the count
+def is_large(case: Case) -> bool:
+    """A case that runs alone (more than ``CONCURRENT_ELEMENTS``)."""
+    return math.prod(case.sizes.values()) > CONCURRENT_ELEMENTS
+
+
+def with_threads(op: OpSpec, cases: list[Case], isolate: bool | None, threads: int | None):
+    """The cases with their CPU thread counts (``Case.threads``, which their repros pin):
+    ``threads`` if given; else, side by side, each its share of the cores, and a large
+    case, which runs alone, all of them (None). Two cases at all cores each on 2 cores
+    oversubscribe them: measured, the default logp run took 39.1 s with 71 CPU seconds,
+    and 33-37 s with 61 at one thread per case. The checks still vary the count
     (invariance: this one against another; determinism: 8)."""
-    if jobs <= 1 or alone:
-        return None
-    return max(1, (os.cpu_count() or 1) // jobs)
+    jobs = concurrency(op, cases, isolate)
+    share = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    return [replace(c, threads=threads or (None if is_large(c) else share)) for c in cases]
 
 
 @dataclass
@@ -122,16 +128,14 @@ class Schedule:
         self._stop = threading.Event()
 
     def options_for(self, i: int) -> RunOptions:
-        """Share trials within the group (its last case to run only reads); side by side,
-        a case's share of the cores (:func:`case_threads`)."""
-        options = replace(self.options, threads=case_threads(self.jobs, self._large(i)))
+        """Share trials within the group; the group's last case to run only reads."""
         g = group_of(self.cases[i])
         if g not in self.sharing:
-            return options
+            return self.options
         path = run_folder.group_folder(self.folder, self.keys[g])
         path.mkdir(exist_ok=True)
         last = all(j in self.done for j in self.members[g] if j != i)
-        return replace(options, shared_dir=str(path), shared_budget=0 if last else self.budget)
+        return replace(self.options, shared_dir=str(path), shared_budget=0 if last else self.budget)
 
     def _finish(self, i: int) -> None:
         """Case ``i`` is done: its group's stored trials go once every case of it is."""
@@ -159,7 +163,7 @@ class Schedule:
     # -- side by side ---------------------------------------------------------------
 
     def _large(self, i: int) -> bool:
-        return math.prod(self.cases[i].sizes.values()) > CONCURRENT_ELEMENTS
+        return is_large(self.cases[i])
 
     def _pick(self, cand: str, running: set[int], started: set[int], done: set[int]) -> int | None:
         """The next case for ``cand``'s free worker: its first case not started whose

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelcheck.checks.invariance import ODD_SIZES, other_thread_count
+from kernelcheck.checks.invariance import ODD_SIZES, thread_counts
 from tests.conftest import run_fp32, run_small, with_candidate, with_grid_shapes
 
 SHAPE = {"batch": 2, "seq": 16, "vocab": 257}
@@ -28,11 +28,24 @@ def _run(catalog, bug: str, checks=CHECKS, **kw):
         ("differs_at_the_case_shape", "own batch of 32"),
     ],
 )
-def test_each_layout_catches_its_bug(catalog, bug, layout):
-    res = _run(catalog, bug, ["forward_invariance"])["forward_invariance"]
+@pytest.mark.parametrize("threads", [None, 1], ids=["all-cores", "case-at-1-thread"])
+def test_each_layout_catches_its_bug(catalog, bug, layout, threads):
+    """Also with the case at 1 thread, as it runs beside another case on 2 cores."""
+    res = _run(catalog, bug, ["forward_invariance"], threads=threads)["forward_invariance"]
     assert res.status == "fail", res.message
     assert layout in res.message
     assert any(layout in k for k in res.metrics["mismatched_by_layout"])
+
+
+@pytest.mark.parametrize("threads", [None, 1], ids=["all-cores", "case-at-1-thread"])
+def test_a_row_split_over_threads_when_alone_fails(catalog, threads):
+    """PyTorch's CPU sum(-1) splits a long row over threads when rows are fewer than
+    threads: only a row alone at 2+ threads shows it. Alone runs at all cores (at least 2)
+    whatever the case's own count: at the case's 1 thread this bug passed."""
+    bug = "splits_when_rows_fewer_than_threads"
+    for check in CHECKS:
+        res = _run(catalog, bug, [check], threads=threads)[check]
+        assert res.status == "fail", (check, res.message)
 
 
 def test_a_switch_past_many_rows_fails_backward_too(catalog):
@@ -54,10 +67,9 @@ def test_honest_candidates_pass_every_layout(catalog, candidate):
         assert r.metrics["comparisons"] == 300 + 4096 + 32
 
 
-def test_the_small_batches_run_at_another_thread_count():
-    before = torch.get_num_threads()
-    assert other_thread_count() != before
-    assert torch.get_num_threads() == before
+def test_alone_runs_at_two_threads_or_more_and_half_the_batches_at_one():
+    many, few = thread_counts()
+    assert many >= 2 and few == 1
 
 
 @pytest.mark.parametrize(("dtype", "itemsize"), [("fp32", 4), ("bf16", 2)])

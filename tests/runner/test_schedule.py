@@ -20,7 +20,7 @@ from kernelcheck import api
 from kernelcheck.cases.grid import Case
 from kernelcheck.errors import Interrupted
 from kernelcheck.runner.case import RunOptions
-from kernelcheck.runner.schedule import CONCURRENT_ELEMENTS, Schedule, concurrency
+from kernelcheck.runner.schedule import CONCURRENT_ELEMENTS, Schedule, concurrency, with_threads
 from kernelcheck.spec import load_catalog
 
 
@@ -217,16 +217,21 @@ def test_side_by_side_only_when_every_case_is_isolated():
 
 def test_cases_side_by_side_share_the_cores_and_a_large_one_takes_them_all(monkeypatch):
     from kernelcheck.runner import schedule
+    from kernelcheck.runner.repro import repro_command
 
+    op = load_catalog().ops["logp"]
     monkeypatch.setattr(schedule.os, "cpu_count", lambda: 8)
     big = CONCURRENT_ELEMENTS // 2 + 1
     cases = _plan((33, big))
-    sched = Schedule(StandIn(), None, cases, RunOptions(), None, budget=0, jobs=2)
-    assert [sched.options_for(i).threads for i in range(len(cases))] == [4, 4, None, None]
-    alone = Schedule(StandIn(), None, cases, RunOptions(), None, budget=0, jobs=1)
-    assert alone.options_for(0).threads is None
+    assert [c.threads for c in with_threads(op, cases, None, None)] == [2, 2, None, None]  # 4 jobs
+    assert [c.threads for c in with_threads(op, cases[:1], None, None)] == [None]  # alone
+    assert [c.threads for c in with_threads(op, cases, False, None)] == [None] * 4  # in process
+    assert [c.threads for c in with_threads(op, cases, None, 3)] == [3] * 4  # --threads
     monkeypatch.setattr(schedule.os, "cpu_count", lambda: 2)
-    assert sched.options_for(0).threads == 1
+    first = with_threads(op, cases, None, None)[0]
+    assert first.threads == 1 and repro_command(first, "determinism", 0, None).endswith(
+        "--threads 1"
+    )  # the repro runs it as it ran
 
 
 def test_a_case_runs_at_its_thread_count_and_the_process_keeps_its_own(catalog):
@@ -238,13 +243,13 @@ def test_a_case_runs_at_its_thread_count_and_the_process_keeps_its_own(catalog):
 
     cat = with_candidate(catalog, "counter", "process_state:reports_thread_count")
     op = cat.ops["logp"]
-    case = Case(
-        "logp", "counter", "cpu", "fp32", (("batch", 2), ("vocab", 33)), (0,), ("normal",),
-        checks=("forward_accuracy",),
-    )  # fmt: skip
     before = torch.get_num_threads()
     want = 1 if before > 1 else 2
-    (res,) = run_case(op, case, RunOptions(threads=want))
+    case = Case(
+        "logp", "counter", "cpu", "fp32", (("batch", 2), ("vocab", 33)), (0,), ("normal",),
+        checks=("forward_accuracy",), threads=want,
+    )  # fmt: skip
+    (res,) = run_case(op, case, RunOptions())
     assert f"ran at {want} threads" in res.message, res.message
     assert torch.get_num_threads() == before
 
