@@ -9,9 +9,10 @@ the next case of the candidate it ran last, else of the one furthest behind):
 - a case starts only while no other case of its group runs, so every trial part is
   computed once, by whichever candidate comes first (each worker takes its first case
   whose group is free: the streams leapfrog instead of waiting on each other);
-- a large case (more than ``CONCURRENT_ELEMENTS``) runs alone, after every case before
-  it: two Qwen3 trials side by side would double the memory for no gain on a machine
-  whose cores one such case already keeps busy;
+- a large case (more than ``CONCURRENT_ELEMENTS``, or rows of ``LONG_ROW_ELEMENTS`` or
+  more) runs alone, after every case before it, at all cores: two Qwen3 trials side by
+  side would double the memory for no gain on a machine whose cores one such case
+  already keeps busy, and its rows alone run at 2+ threads (:func:`is_large`);
 - results come out in plan order, each case's once every earlier case is out, so the
   report is the one a sequential run writes, timings aside.
 
@@ -34,13 +35,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernelcheck.cases import run_folder
-from kernelcheck.cases.grid import Case
+from kernelcheck.cases.grid import Case, rows
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.case import RunOptions
 from kernelcheck.runner.execute import Executor, wants_isolation
 from kernelcheck.spec.model import OpSpec
 
 CONCURRENT_ELEMENTS = 1 << 24  # cases up to this many elements (64 MiB of fp32) run side by side
+LONG_ROW_ELEMENTS = 1 << 15  # and rows shorter than this (torch's parallel grain)
 
 
 def group_of(case: Case) -> tuple:
@@ -61,9 +63,19 @@ def concurrency(op: OpSpec, cases: list[Case], isolate: bool | None) -> int:
     return max(1, min(len(cases), os.cpu_count() or 1))
 
 
-def is_large(case: Case) -> bool:
-    """A case that runs alone (more than ``CONCURRENT_ELEMENTS``)."""
-    return math.prod(case.sizes.values()) > CONCURRENT_ELEMENTS
+def is_large(case: Case, op: OpSpec | None = None) -> bool:
+    """A case that runs alone, at all cores: more than ``CONCURRENT_ELEMENTS``, or rows
+    of ``LONG_ROW_ELEMENTS`` or more. The invariance checks run such rows alone at 2+
+    threads (where a thread-parallel reduction splits them), and a parallel region beside
+    another case stalls on the core the other holds: the default logp run took 37.7 and
+    37.2 s (84 CPU s) with its Qwen3 cases side by side, 34.5 and 37.7 s (67 CPU s) with
+    them alone."""
+    total = math.prod(case.sizes.values())
+    if total > CONCURRENT_ELEMENTS:
+        return True
+    if op is None or not op.lead:
+        return False
+    return total // max(1, rows(op, case.sizes)) >= LONG_ROW_ELEMENTS
 
 
 def with_threads(op: OpSpec, cases: list[Case], isolate: bool | None, threads: int | None):
@@ -75,7 +87,7 @@ def with_threads(op: OpSpec, cases: list[Case], isolate: bool | None, threads: i
     (invariance: this one against another; determinism: 8)."""
     jobs = concurrency(op, cases, isolate)
     share = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    return [replace(c, threads=threads or (None if is_large(c) else share)) for c in cases]
+    return [replace(c, threads=threads or (None if is_large(c, op) else share)) for c in cases]
 
 
 @dataclass
@@ -163,7 +175,7 @@ class Schedule:
     # -- side by side ---------------------------------------------------------------
 
     def _large(self, i: int) -> bool:
-        return is_large(self.cases[i])
+        return is_large(self.cases[i], self.op)
 
     def _pick(self, cand: str, running: set[int], started: set[int], done: set[int]) -> int | None:
         """The next case for ``cand``'s free worker: its first case not started whose

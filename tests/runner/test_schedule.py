@@ -261,3 +261,17 @@ def test_a_free_slot_goes_first_to_the_candidate_an_idle_worker_ran_last(tmp_pat
     assert sched._order(set()) == ["torch", "cpu"]
     sched.executor.idle_candidates = lambda: {"cpu"}
     assert sched._order(set()) == ["cpu", "torch"]
+
+
+def test_a_case_of_long_rows_runs_alone_at_all_cores():
+    """Its rows alone run at 2+ threads (invariance), which stall beside another case."""
+    from kernelcheck.runner.schedule import LONG_ROW_ELEMENTS, is_large
+
+    op = load_catalog().ops["logp"]
+    assert is_large(_case("torch", "fp32", LONG_ROW_ELEMENTS), op)
+    assert not is_large(_case("torch", "fp32", LONG_ROW_ELEMENTS - 1), op)
+    cases = [_case("torch", "fp32", 257), _case("torch", "fp32", 151936)]
+    assert [c.threads is None for c in with_threads(op, cases, None, None)] == [
+        concurrency(op, cases, None) == 1,
+        True,
+    ]
