@@ -97,7 +97,10 @@ def main() -> None:
 
     # then the parent's import path, for candidates found through it: a spare started
     # before the parent planned its run (runner/spares.py) gets it when it is taken
-    sys.path[:] = channel.recv()
+    try:
+        sys.path[:] = channel.recv()
+    except EOFError:  # a spare never taken, whose command is gone: nothing to say
+        os._exit(0)
     channel.send(("ready", None))
     while _case_process(channel):
         pass

@@ -62,3 +62,13 @@ def test_the_command_runs_its_cases_in_the_spares_it_started():
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "PASSED" in out.stdout.splitlines()[-1]
+
+
+def test_a_spare_whose_command_is_gone_exits_quietly():
+    """Its parent died before taking it (SIGKILL: no exit handler ran): EOF, exit 0."""
+    proc, _ = spares.spawn()
+    proc.stdin.close()
+    try:
+        assert proc.wait(120) == 0
+    finally:
+        spares._close(proc)
