@@ -234,7 +234,7 @@ def run(
     notes = shrink_and_notes(catalog, plan, report, shrink_budget if shrink else None)
     written = outputs.write(report, writer, base, baseline_factor)
     changes = baseline_diff(base, report, baseline_factor)
-    render(fmt, report, plan, notes, stdout_console(), changes)
+    render(fmt, report, plan, notes, stdout_console(), changes, unwritten=not written)
     write_step_summary(report, changes)
     if report.interrupted:
         typer.echo(

@@ -66,10 +66,19 @@ def baseline_diff(base: dict | None, report: Report, factor: float):
     return diff(base, report.to_dict(), factor=factor)
 
 
-def render(fmt: str, report: Report, plan, notes: list[str], console: Console, changes=None):
+def render(
+    fmt: str,
+    report: Report,
+    plan,
+    notes: list[str],
+    console: Console,
+    changes=None,
+    unwritten: bool = False,
+):
     """The report on stdout in ``fmt``. The table and plain formats end with the verdict,
-    the baseline's diff (``changes``) just before it: a regression is ``REGRESSED``, last,
-    as the exit code says. JSON keeps stdout for the report (the diff goes to stderr)."""
+    the baseline's diff (``changes``) just before it: a regression is ``REGRESSED``, a
+    JSON report not written (``unwritten``) ``FAILED``, last, as the exit code says. JSON
+    keeps stdout for the report (the diff goes to stderr)."""
     from kernelcheck import report as rep
     from kernelcheck.compare import render_diff
 
@@ -78,9 +87,9 @@ def render(fmt: str, report: Report, plan, notes: list[str], console: Console, c
     if fmt in ("table", "plain"):
         notes = notes + diff_text.splitlines()
     if fmt == "table":
-        rep.render_table(report, console, notes, regressed)
+        rep.render_table(report, console, notes, regressed, unwritten)
     elif fmt == "plain":
-        sys.stdout.write(rep.to_plain(report, plan.op, notes, regressed))
+        sys.stdout.write(rep.to_plain(report, plan.op, notes, regressed, unwritten))
     elif fmt == "markdown":
         sys.stdout.write(rep.to_markdown(report) + diff_text)
     else:

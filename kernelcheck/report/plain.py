@@ -35,7 +35,11 @@ def _dim_shape(dims: tuple[str, ...], shape: dict) -> tuple[int, ...]:
 
 
 def to_plain(
-    report: Report, op: OpSpec, notes: list[str] | None = None, regressed: bool = False
+    report: Report,
+    op: OpSpec,
+    notes: list[str] | None = None,
+    regressed: bool = False,
+    unwritten: bool = False,
 ) -> str:
     """The old harness's lines, then ``notes`` (the shrink results, a baseline's diff),
     what was not checked (wrapped at 80 columns: this format is for logs) and the
@@ -94,5 +98,5 @@ def to_plain(
         lines.append(f"interrupted={report.interrupted} not_run={len(report.not_run)}")
     lines += notes or []
     lines += not_checked_lines(report)
-    lines.append(verdict_word(report, regressed) + verdict_rest(report))
+    lines.append(verdict_word(report, regressed, unwritten) + verdict_rest(report, unwritten))
     return "\n".join(lines) + "\n"

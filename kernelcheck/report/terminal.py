@@ -72,7 +72,11 @@ def headline(r: CheckResult) -> tuple[str, str]:
 
 
 def render_table(
-    report: Report, console: Console, notes: list[str] | None = None, regressed: bool = False
+    report: Report,
+    console: Console,
+    notes: list[str] | None = None,
+    regressed: bool = False,
+    unwritten: bool = False,
 ) -> None:
     """The tables, then each failure (message and repro), then ``notes`` (the shrink
     results, a baseline's diff), then the verdict line (``regressed``: worse than a
@@ -100,8 +104,8 @@ def render_table(
         console.print(Text(wrap(note, width)), soft_wrap=True)
     for line in not_checked_lines(report, width or console.width):
         console.print(Text(line, style="dim"), soft_wrap=True)
-    word = verdict_word(report, regressed)
-    verdict = fill(word + verdict_rest(report), width)
+    word = verdict_word(report, regressed, unwritten)
+    verdict = fill(word + verdict_rest(report, unwritten), width)
     style = VERDICT_STYLE.get(word, "bold yellow")
     console.print(Text.assemble((word, style), verdict[len(word) :]), soft_wrap=True)
 
