@@ -52,12 +52,12 @@ POSITION_BUCKETS = 16  # the invariance grid's columns: positions in a batch, bu
 
 
 def thread_counts() -> tuple[int, int]:
-    """(many, few): rows alone (and every other small batch, the one batch) run at
-    ``many`` CPU threads, all cores and at least 2, where a reduction over a long row is
-    split across threads when rows are fewer than threads (PyTorch's CPU ``sum`` does);
-    every other small batch at ``few``, 1. Fixed by the machine, never by the case's own
-    share of the cores: side by side a case runs at 1 thread, where alone would split
-    nothing and such a kernel would pass."""
+    """(many, few): rows alone (and every other small batch) run at ``many`` CPU threads,
+    all cores and at least 2, where a reduction over a long row is split across threads
+    when rows are fewer than threads (PyTorch's CPU ``sum`` does); the other small
+    batches at ``few``, 1; the one batch at the case's own count. Fixed by the machine,
+    never by the case's own share of the cores: side by side a case runs at 1 thread,
+    where alone would split nothing and such a kernel would pass."""
     return max(2, os.cpu_count() or 1), 1
 
 
