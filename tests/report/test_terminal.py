@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -52,7 +53,9 @@ def test_table_fits_80_columns_and_log_lines_are_whole():
         assert lines[k].startswith("  repro: kernelcheck run "), lines[i : k + 1]
         end = next(e for e in range(k, len(lines)) if not lines[e].endswith("\\"))
         repro = " ".join(x.rstrip("\\").strip() for x in lines[k : end + 1])
-        assert repro.endswith("--distributions normal+large+masked+equal+heavy+lm"), repro
+        # the trial's distributions, then the thread count the case ran at (side by side)
+        _, sep, tail = repro.partition("--distributions normal+large+masked+equal+heavy+lm")
+        assert sep and re.fullmatch(r"( --threads [0-9]+)?", tail), repro
     shrunk = [i for i, x in enumerate(lines) if ": shrunk: " in x or ": shrink: " in x]
     verdict = next(i for i, x in enumerate(lines) if x.startswith("FAILED: "))
     assert shrunk and max(shrunk) < verdict == len(lines) - 1
