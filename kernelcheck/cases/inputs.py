@@ -22,6 +22,10 @@ from kernelcheck.spec.model import InputSpec, OpSpec
 
 MASKED_FRACTION = 0.3
 INDEX_IGNORED = -100
+# A share of every index input's entries is set to edge columns (edge_columns), in
+# order: a tiled kernel's bugs sit at a tile's first and last column and at the dim's
+# last column, which uniform draws over a 151,936-entry vocab almost never select.
+EDGE_INDEX_FRACTION = 0.25
 
 # Each distribution targets a class of bug. Their parameters keep |output| small enough
 # that an fp32 output can meet the fp32 contract (atol 1e-5 needs |logp| < ~64).
@@ -265,13 +269,20 @@ class _Draw:
         return self.scaled(spec, self.case(spec, n, inner))
 
     def index(self, spec: InputSpec, gen: torch.Generator, shape: tuple[int, ...]):
-        t = torch.randint(0, self.sizes[spec.index_of], shape, generator=gen, dtype=torch.int64)
+        """Uniform in ``[0, size)``; a share at edge columns (at least one entry of a
+        trial, the first edge first); some ignored (out of range) where the spec says."""
+        size = self.sizes[spec.index_of]
+        t = torch.randint(0, size, shape, generator=gen, dtype=torch.int64)
+        drop = torch.zeros(shape, dtype=torch.bool)
         if spec.out_of_range_fraction:
             drop = torch.rand(shape, generator=gen) < spec.out_of_range_fraction
-            if drop.numel() >= 2 and not bool(drop.any()):
-                # every trial of 2+ rows holds an ignored index, whatever the draw gave
-                drop.view(-1)[int(torch.randint(0, drop.numel(), (1,), generator=gen))] = True
-            t[drop] = INDEX_IGNORED
+            # every trial of 2+ rows holds an ignored index, whatever the draw gave
+            _at_least_one(drop, torch.ones_like(drop), gen)
+        at_edge = (torch.rand(shape, generator=gen) < EDGE_INDEX_FRACTION) & ~drop
+        _at_least_one(at_edge, ~drop, gen)
+        edges = torch.tensor(edge_columns(size), dtype=torch.int64)
+        t[at_edge] = edges[torch.arange(int(at_edge.sum())) % len(edges)]  # in order
+        t[drop] = INDEX_IGNORED
         return t if spec.dtype == "case" else t.to(dtypes.FIXED_DTYPES[spec.dtype])
 
     def case(self, spec: InputSpec, n: int, inner: tuple[int, ...]) -> torch.Tensor:
@@ -309,6 +320,29 @@ class _Draw:
         if scale != 1.0 and t.is_floating_point():  # drawn, scaled, rounded once more
             t.copy_((t.float() * scale).to(t.dtype))  # (in place: t may be a store file)
         return t
+
+
+def _at_least_one(mask: torch.Tensor, allowed: torch.Tensor, gen: torch.Generator) -> None:
+    """Set one random ``allowed`` entry of ``mask`` where none is set and ``mask`` holds
+    two entries or more (a one-row trial keeps its one draw)."""
+    free = allowed.reshape(-1).nonzero().reshape(-1)
+    if mask.numel() >= 2 and not bool(mask.any()) and free.numel():
+        mask.view(-1)[free[int(torch.randint(0, free.numel(), (1,), generator=gen))]] = True
+
+
+def edge_columns(size: int) -> list[int]:
+    """The edge indices of a dim of ``size``, most telling first: with 2^k the largest
+    power of two below ``size``, 2^k (the first column of a second tile, for every
+    power-of-two tile up to 2^k at once), the last column, 2^k - 1 (a tile's last
+    column), 0, 2^k + 1, 1, the column before the last, and the other odd multiples of
+    2^(k-1). Uniform draws over a 151,936-entry vocab almost never land on one."""
+    if size < 2:
+        return [0]
+    top = 1 << ((size - 1).bit_length() - 1)
+    half = max(1, top // 2)
+    found = [top, size - 1, top - 1, 0, top + 1, 1, size - 2]
+    found += list(range(half, size, 2 * half))
+    return [c for k, c in enumerate(found) if 0 <= c < size and c not in found[:k]]
 
 
 def _mask(

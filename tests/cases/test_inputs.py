@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernelcheck.cases.grid import Case, parse_shard, shard
-from kernelcheck.cases.inputs import make_inputs, make_upstream
+from kernelcheck.cases.inputs import edge_columns, make_inputs, make_upstream
 
 SIZES = {"batch": 6, "vocab": 257}
 
@@ -73,6 +73,28 @@ def test_some_targets_are_the_ignore_index(catalog):
     assert (t == -100).any() and ((t >= 0) & (t < 257)).float().mean() > 0.9
 
 
+@pytest.mark.parametrize("vocab", [2, 17, 257, 10000, 151936])
+def test_edge_columns_hold_every_power_of_two_tiles_edges(vocab):
+    edges = edge_columns(vocab)
+    top = 1 << ((vocab - 1).bit_length() - 1)
+    assert edges[0] == top  # a second tile's first column, for every tile up to 2^k
+    assert {vocab - 1, top - 1, 0} <= set(edges)
+    assert all(0 <= c < vocab for c in edges) and len(set(edges)) == len(edges)
+
+
+def test_every_trial_selects_edge_columns_first_one_first(catalog):
+    op = catalog.ops["logp"]
+    for sizes in ({"batch": 6, "vocab": 24580}, {"batch": 8, "vocab": 151936}):
+        for seed in (0, 1):
+            target = make_inputs(op, sizes, "fp32", seed, "normal")["target"].tolist()
+            edges = edge_columns(sizes["vocab"])
+            assert edges[0] in target, target
+            # a quarter of the rows on average: several in a long trial
+    many = make_inputs(op, {"batch": 400, "vocab": 151936}, "fp32", 0, "normal")["target"]
+    at_edge = sum(int((many == c).sum()) for c in edge_columns(151936))
+    assert 60 < at_edge < 140, at_edge
+
+
 def test_upstream_is_seeded():
     assert torch.equal(
         make_upstream((3, 4), torch.float32, 1), make_upstream((3, 4), torch.float32, 1)
@@ -111,7 +133,7 @@ def test_generator_output_is_pinned(catalog):
         [1062607581, -1075465147, 1065212457, -1072473591, -1085105079, -1098035586],
         [-1102794256, -1078773278, 1066833967, -1096637467, -1098879768, 1067073216],
     ]
-    assert x["target"].tolist() == [-100, 0]
+    assert x["target"].tolist() == [-100, 4]  # the one row left: the first edge column
     y = make_inputs(op, {"batch": 2, "vocab": 6}, "bf16", 7, "lm")
     assert y["logits"].view(torch.int16).tolist() == [
         [16364, 16587, -16161, -16369, 16047, 16539],

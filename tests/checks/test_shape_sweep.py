@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kernelcheck import api
-from kernelcheck.checks.shape_sweep import LONG_ROWS, sweep_shapes, sweep_sizes
+from kernelcheck.checks.shape_sweep import LONG_ROWS, TILED_BASE, sweep_shapes, sweep_sizes
 from tests.conftest import run_one, run_small, with_candidate
 
 
@@ -15,6 +15,10 @@ def test_the_sizes_cover_every_residue_and_every_power_of_two_edge():
     sizes = sweep_sizes()
     big = [s for s in sizes if s > 64]
     assert {s % 64 for s in big} == set(range(64))
+    # and again past several tiles of every power-of-two size up to 8,192
+    tiled = [s for s in sizes if TILED_BASE <= s < TILED_BASE + 64]
+    assert {s % 64 for s in tiled} == set(range(64))
+    assert all(s // 8192 == 3 for s in tiled)
     for k in range(1, 18):
         assert {2**k - 1, 2**k, 2**k + 1} <= set(sizes)
     assert 65537 in sizes  # just past 16-bit indices
@@ -53,6 +57,32 @@ def test_a_kernel_wrong_only_on_a_tail_fails_and_its_shape_reruns(catalog, bug, 
         distributions=res.distribution,
     )
     assert again.status == "fail", again.message
+
+
+@pytest.mark.parametrize(
+    ("bug", "dtype", "where", "judge"),
+    [
+        # a tiled path's own tail: every one-tile length is right
+        ("multi_tile_tail", "fp32", f"vocab={TILED_BASE + 2}", "forward_accuracy"),
+        # a tile's first column never selected: found at an edge target (inputs.edge_columns)
+        ("tile_start_target", "fp32", "vocab=", "forward_accuracy"),
+        # a tile-edge bug of one 16-bit path
+        ("tile_start_target_16_bit", "bf16", "vocab=", "forward_accuracy"),
+    ],
+)
+def test_a_tiled_kernel_wrong_at_a_tile_edge_fails(catalog, bug, dtype, where, judge):
+    cat = with_candidate(catalog, "bug", f"tile_bugs:{bug}")
+    res = run_small(cat, "bug", ["shape_sweep"], dtype=dtype, seeds=[0])["shape_sweep"]
+    assert res.status == "fail", res.message
+    assert f"at {where}" in res.message and f"{judge}:" in res.message, res.message
+    assert res.metrics["failing_check"] == judge
+
+
+def test_the_planted_tile_bugs_honest_control_passes(catalog):
+    cat = with_candidate(catalog, "control", "tile_bugs:honest")
+    for dtype in ("fp32", "bf16"):
+        res = run_small(cat, "control", ["shape_sweep"], dtype=dtype, seeds=[0])["shape_sweep"]
+        assert res.status == "pass", res.message
 
 
 @pytest.mark.parametrize("candidate", ["torch", "cpu"])
