@@ -293,16 +293,16 @@ class AttributeSet:
     sweep: bool = False
 
 
-# The checks an attribute sweep runs at the grid's first dtype only. An attribute can switch
-# a kernel's code path, and every dtype's reduction order is judged at the defaults; these
-# (the costliest: some 800 calls per case) then judge each swept path once, not per dtype.
-SWEPT_AT_FIRST_DTYPE = ("forward_invariance", "backward_invariance")
+def swept_at_first_dtype(checks: Iterable[str]) -> list[str]:
+    """The ``checks`` an attribute sweep runs at the grid's first dtype only
+    (``Check.sweep_first_dtype_only``)."""
+    return [n for n in checks if CHECKS[n].sweep_first_dtype_only]
 
 
 def _sweep_gaps(spec: OpSpec, dts: list[str], checks: list[str], sweeps: bool) -> dict[str, str]:
-    """What the attribute sweeps leave to the first dtype (SWEPT_AT_FIRST_DTYPE), for the
-    summary's list of what was not checked."""
-    left = [n for n in checks if n in SWEPT_AT_FIRST_DTYPE]
+    """What the attribute sweeps leave to the first dtype (:func:`swept_at_first_dtype`),
+    for the summary's list of what was not checked."""
+    left = swept_at_first_dtype(checks)
     if not (sweeps and spec.attribute_sweeps and left and len(dts) > 1):
         return {}
     values = ", ".join(f"{n}={fmt_attr(v)}" for n, vs in spec.attribute_sweeps.items() for v in vs)
@@ -328,7 +328,7 @@ def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sw
         for a, c in itertools.product([a for a in sets if k == 0 or not a.sweep], runnable):
             own = tuple(n for n in checks if n != "shape_sweep" or (k == 0 and not a.sweep))
             if a.sweep and d != dts[0]:
-                own = tuple(n for n in own if n not in SWEPT_AT_FIRST_DTYPE)
+                own = tuple(n for n in own if n not in swept_at_first_dtype(own))
             if not own:
                 continue
             cases.append(

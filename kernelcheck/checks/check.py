@@ -25,6 +25,10 @@ class Check:
     # that reads the trial's results, so those are freed before its draws (it may read
     # them first, listed in ``uses``, and call ``trial.finished`` itself)
     draws_own: ClassVar[bool] = False
+    # an attribute sweep runs it at the grid's first dtype only: an attribute can switch a
+    # kernel's code path, and every dtype is judged at the defaults; the bitwise checks
+    # (the costliest: some 800 calls per case) then judge each swept path once
+    sweep_first_dtype_only: ClassVar[bool] = False
     summary: ClassVar[str] = ""
 
     def __init__(self, ctx: CaseContext, params: dict | None = None):

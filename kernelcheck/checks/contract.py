@@ -22,14 +22,17 @@ from kernelcheck.spec.model import eval_dim_expr
 
 
 def plant_out_of_range(ctx, inputs: dict) -> tuple[list[int], list[int]]:
-    """Put the op's out-of-range index values into every other row of ``inputs`` (in place).
+    """Put the op's out-of-range index values into every other row of ``inputs`` (in place),
+    or into consecutive rows where every other row is too few to hold each value once.
 
-    Returns the rows changed and the values used (each value at least once).
+    Returns the rows changed and the values used (each value at least once where there
+    are as many rows as values).
     """
     rule = ctx.op.out_of_range
     idx = inputs[rule.input].reshape(-1)
     values = [eval_dim_expr(v, ctx.sizes) for v in rule.values]
-    rows = list(range(0, idx.numel(), 2))[: max(len(values), idx.numel() // 2)]
+    step = 2 if -(-idx.numel() // 2) >= len(values) else 1
+    rows = list(range(0, idx.numel(), step))[: max(len(values), idx.numel() // 2)]
     for j, r in enumerate(rows):
         idx[r] = values[j % len(values)]
     return rows, values

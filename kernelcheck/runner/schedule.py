@@ -63,7 +63,7 @@ def concurrency(op: OpSpec, cases: list[Case], isolate: bool | None) -> int:
     return max(1, min(len(cases), os.cpu_count() or 1))
 
 
-def is_large(case: Case, op: OpSpec | None = None) -> bool:
+def is_large(case: Case, op: OpSpec) -> bool:
     """A case that runs alone, at all cores: more than ``CONCURRENT_ELEMENTS``, or rows
     of ``LONG_ROW_ELEMENTS`` or more. The invariance checks run such rows alone at 2+
     threads (where a thread-parallel reduction splits them), and a parallel region beside
@@ -73,7 +73,7 @@ def is_large(case: Case, op: OpSpec | None = None) -> bool:
     total = math.prod(case.sizes.values())
     if total > CONCURRENT_ELEMENTS:
         return True
-    if op is None or not op.lead:
+    if not op.lead:
         return False
     return total // max(1, rows(op, case.sizes)) >= LONG_ROW_ELEMENTS
 
@@ -204,9 +204,7 @@ class Schedule:
         first = {
             c: next((i for i in todo if i not in started), None) for c, todo in self.todo.items()
         }
-        warm = (
-            self.executor.idle_candidates() if hasattr(self.executor, "idle_candidates") else set()
-        )
+        warm = self.executor.idle_candidates()
         left = [c for c, i in first.items() if i is not None]
         return sorted(left, key=lambda c: (c not in warm, first[c]))
 

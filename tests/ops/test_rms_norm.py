@@ -83,7 +83,8 @@ def test_an_attribute_set_on_the_command_line_is_in_the_id_and_the_repro(catalog
     res = one(catalog, "torch", "forward_accuracy", attributes={"eps": 1e-2})
     assert res.status == "pass" and res.case_id == "torch-fp32-2x16x256-eps=0.01"
     assert "--attr eps=0.01" in res.repro
-    out = subprocess.run(res.repro.split(), capture_output=True, text=True, timeout=300)
+    argv = [sys.executable, "-m", *res.repro.split()]  # "kernelcheck" with this interpreter
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "eps=0.01" in out.stdout, out.stdout + out.stderr
 
 

@@ -23,6 +23,8 @@ from kernelcheck.runner.case import RunOptions
 from kernelcheck.runner.schedule import CONCURRENT_ELEMENTS, Schedule, concurrency, with_threads
 from kernelcheck.spec import load_catalog
 
+LOGP = load_catalog().ops["logp"]
+
 
 def _case(cand: str, dtype: str, vocab: int) -> Case:
     return Case("logp", cand, "cpu", dtype, (("batch", 2), ("vocab", vocab)), (0,), ("normal",))
@@ -35,6 +37,9 @@ class StandIn:
         self.seconds, self.gate = seconds, gate
         self.log: list[tuple[str, float, float, int]] = []
         self.lock = threading.Lock()
+
+    def idle_candidates(self) -> set[str]:
+        return set()  # no worker is kept between cases
 
     def run(self, op, case, options):
         t0 = time.monotonic()
@@ -65,7 +70,7 @@ def _overlap(a, b) -> bool:
 def test_side_by_side_keeps_plan_order_and_runs_each_group_one_case_at_a_time(tmp_path):
     cases = _plan()
     ex = StandIn(seconds=lambda c: 0.3 if c.candidate == "torch" else 0.1)
-    sched = Schedule(ex, None, cases, RunOptions(), tmp_path, budget=1000, jobs=2)
+    sched = Schedule(ex, LOGP, cases, RunOptions(), tmp_path, budget=1000, jobs=2)
     out = list(sched.run())
     # plan order: each case's two results, then its close (None)
     want = [(i, r) for i, c in enumerate(cases) for r in ((c.id, "a"), (c.id, "b"), None)]
@@ -83,7 +88,7 @@ def test_a_large_case_runs_alone_after_every_earlier_case(tmp_path):
     big = CONCURRENT_ELEMENTS // 2 + 1  # batch 2 x this: above the threshold
     cases = _plan((33, big, 65))
     ex = StandIn()
-    list(Schedule(ex, None, cases, RunOptions(), tmp_path, budget=1000, jobs=2).run())
+    list(Schedule(ex, LOGP, cases, RunOptions(), tmp_path, budget=1000, jobs=2).run())
     spans = {s[0]: s for s in ex.log}
     large = [c.id for c in cases if c.sizes["vocab"] == big]
     for lid in large:
@@ -95,7 +100,7 @@ def test_a_large_case_runs_alone_after_every_earlier_case(tmp_path):
 def test_one_job_runs_in_plan_order_without_threads(tmp_path):
     cases = _plan()
     ex = StandIn()
-    sched = Schedule(ex, None, cases, RunOptions(), tmp_path, budget=1000, jobs=1)
+    sched = Schedule(ex, LOGP, cases, RunOptions(), tmp_path, budget=1000, jobs=1)
     seen = []
     for _ in sched.run():
         seen.append(threading.current_thread() is threading.main_thread())
@@ -107,7 +112,7 @@ def test_no_candidate_waits_for_the_others_to_run_out_of_cases(tmp_path):
     # many groups: the first two candidates would always find one free
     cases = [_case(c, "fp32", v) for v in range(33, 45) for c in ("a", "b", "c")]
     ex = StandIn(seconds=lambda c: 0.03)
-    list(Schedule(ex, None, cases, RunOptions(), tmp_path, budget=1000, jobs=2).run())
+    list(Schedule(ex, LOGP, cases, RunOptions(), tmp_path, budget=1000, jobs=2).run())
     spans = {s[0]: s for s in ex.log}
     by_cand = {c: [spans[k.id] for k in cases if k.candidate == c] for c in "abc"}
     first_start = {c: min(s[1] for s in v) for c, v in by_cand.items()}
@@ -129,7 +134,7 @@ def test_one_candidates_cases_of_other_groups_run_side_by_side(tmp_path):
                 both.wait()  # raises BrokenBarrierError if the other never starts
             yield (case.id, "b")
 
-    out = list(Schedule(Meet(), None, cases, RunOptions(), None, budget=0, jobs=2).run())
+    out = list(Schedule(Meet(), LOGP, cases, RunOptions(), None, budget=0, jobs=2).run())
     assert [r for _, _, r in out if r is not None] == [(c.id, k) for c in cases for k in ("a", "b")]
 
 
@@ -139,7 +144,7 @@ def test_a_case_that_ends_beside_a_running_one_is_heard_as_it_ends(tmp_path):
     ``on_end``: the order is forced, never a matter of speed."""
     cases = [_case("slow", "fp32", 33), _case("fast", "bf16", 33)]
     gate = threading.Event()
-    sched = Schedule(StandIn(gate=gate), None, cases, RunOptions(), None, budget=0, jobs=2)
+    sched = Schedule(StandIn(gate=gate), LOGP, cases, RunOptions(), None, budget=0, jobs=2)
     events = []
 
     def on_end(i):
@@ -162,7 +167,7 @@ def test_an_interrupt_keeps_results_obtained_beside_a_running_case(tmp_path):
     cases = [_case("slow", "fp32", 33), _case("fast", "bf16", 33)]
     gate = threading.Event()
     ex = StandIn(gate=gate)
-    sched = Schedule(ex, None, cases, RunOptions(), None, budget=0, jobs=2)
+    sched = Schedule(ex, LOGP, cases, RunOptions(), None, budget=0, jobs=2)
 
     def interrupt(signum, frame):
         raise Interrupted("SIGALRM")
@@ -190,7 +195,7 @@ def test_a_result_given_out_is_never_held_again():
     """The consumer is interrupted while it handles a result: held() must not list it."""
     cases = [_case("slow", "fp32", 33), _case("fast", "bf16", 33)]
     gate = threading.Event()
-    sched = Schedule(StandIn(gate=gate), None, cases, RunOptions(), None, budget=0, jobs=2)
+    sched = Schedule(StandIn(gate=gate), LOGP, cases, RunOptions(), None, budget=0, jobs=2)
     run = sched.run()
     try:
         first = next(run)
@@ -257,7 +262,7 @@ def test_a_case_runs_at_its_thread_count_and_the_process_keeps_its_own(catalog):
 def test_a_free_slot_goes_first_to_the_candidate_an_idle_worker_ran_last(tmp_path):
     """Its case process goes on; the others' order is unchanged (furthest behind first)."""
     cases = _plan()  # torch, cpu per group
-    sched = Schedule(StandIn(), None, cases, RunOptions(), tmp_path, budget=1000, jobs=2)
+    sched = Schedule(StandIn(), LOGP, cases, RunOptions(), tmp_path, budget=1000, jobs=2)
     assert sched._order(set()) == ["torch", "cpu"]
     sched.executor.idle_candidates = lambda: {"cpu"}
     assert sched._order(set()) == ["cpu", "torch"]
