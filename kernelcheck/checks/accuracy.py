@@ -129,11 +129,18 @@ class ForwardAccuracy(_ToleranceCheck):
 
 
 class BackwardAccuracy(_ToleranceCheck):
+    """Also the outputs of the backward's own forward call (made with grad, as training
+    makes them), against the forward gold with the forward tolerance: a fused kernel's
+    training path is never seen by ``forward_accuracy``'s no-grad call."""
+
     name = "backward_accuracy"
-    uses = frozenset({"grads"})
+    uses = frozenset({"grads", "grad_outputs", "gold"})
     judgment = "backward_accuracy"
     needs_grad = True
-    summary = "gradient w.r.t. each grad input within tolerance of the float64 gold gradient"
+    summary = (
+        "gradient w.r.t. each grad input within tolerance of the float64 gold gradient; "
+        "the outputs of that call (with grad) within the forward tolerance"
+    )
 
     def judged(self) -> list[str]:
         return list(self.ctx.op.grad_inputs)
@@ -161,3 +168,26 @@ class BackwardAccuracy(_ToleranceCheck):
                     per_input[n].update(flat[n][sl], gold_rows, row_offset=sl.start)
         for n, st in per_input.items():
             self._record(trial, st, f"gradient:{n}", row_wise[n])
+        self._judge_grad_outputs(trial)
+
+    def _judge_grad_outputs(self, trial: Trial) -> None:
+        """The with-grad outputs against the gold, each at its forward tolerance (none in
+        the spec: not judged). A failure is this check's; the metrics stay the gradients'."""
+        nlead, outputs = len(self.ctx.lead), self.ctx.op.outputs
+        for spec, c, g in zip(outputs, trial.grad_outputs, trial.gold):
+            tol = self.ctx.tolerance("forward_accuracy", spec.name)
+            if tol is None or self.failed is not None:
+                continue
+            what = ("output" if len(outputs) == 1 else f"output:{spec.name}") + " (with grad)"
+            if tuple(c.shape) != tuple(g.shape):
+                self._shape_fail(trial, what, c.shape, g.shape)
+                continue
+            row_wise = self.ctx.op.is_row_wise(spec)
+            dists = parts_of(trial.distribution) if row_wise else [trial.distribution]
+            st = ErrorStats(tol.atol, tol.rtol, profile=ErrorProfile(dists))
+            if row_wise:
+                st.update(flat_rows(c, nlead), flat_rows(g, nlead))
+            else:
+                st.update(c.unsqueeze(0), g.unsqueeze(0))
+            if st.n_bad:
+                self.failed = (trial, st, what, row_wise)

@@ -376,22 +376,31 @@ class ForwardInvariance(_Invariance):
 
 
 class BackwardInvariance(_Invariance):
+    """The gradient rows, and the rows of the outputs of the same call (made with grad:
+    a fused kernel's training path, which ``forward_invariance``'s no-grad calls never
+    take)."""
+
     name = "backward_invariance"
     needs_grad = True
-    uses = frozenset({"grads"})
-    summary = "identical (inputs, upstream grad) rows get bit-identical gradient rows anywhere"
+    uses = frozenset({"grads", "grad_outputs"})
+    summary = (
+        "identical (inputs, upstream grad) rows get bit-identical gradient rows, and "
+        "output rows of that call, anywhere"
+    )
 
     def _own_results(self, trial):
-        op = self.ctx.op
-        return [
+        op, nlead = self.ctx.op, len(self.ctx.lead)
+        grads = [
             self.ctx.input_rows(n, g) for n, g in trial.grads.items() if op.is_row_wise(op.input(n))
         ]
+        return grads + [o.reshape(-1, *o.shape[nlead:]) for o in trial.grad_outputs]
 
     def _results(self, dev, upstream, lead):
-        _, grads = self.ctx.call_backward(dev, upstream)
+        outs, grads = self.ctx.call_backward(dev, upstream)
         op = self.ctx.op
-        return [
+        rows = [
             g.cpu().reshape(-1, *g.shape[len(lead) :])
             for n, g in grads.items()
             if op.is_row_wise(op.input(n))
         ]
+        return rows + [o.cpu().reshape(-1, *o.shape[len(lead) :]) for o in outs]

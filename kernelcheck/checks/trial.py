@@ -29,7 +29,7 @@ class Trial(TrialMemory, InputWriteDetector):
     Checks that judge the same call (accuracy, precision) share one candidate run.
     """
 
-    PARTS = ("outputs", "grads", "gold", "reference", "reference_grads")
+    PARTS = ("outputs", "grads", "grad_outputs", "gold", "reference", "reference_grads")
 
     def __init__(self, ctx: CaseContext, seed: int, distribution: str):
         self.ctx = ctx
@@ -125,9 +125,19 @@ class Trial(TrialMemory, InputWriteDetector):
 
             results = self.own_call(call, "backward")
             names = self.ctx.op.grad_inputs
+            outs = results[: len(results) - len(names)]
+            self.__dict__["_grad_outputs"] = ("ok", [o.cpu() for o in outs])
             return dict(zip(names, (g.cpu() for g in results[-len(names) :])))
 
         return self._cached("grads", run)
+
+    @property
+    def grad_outputs(self) -> list[torch.Tensor]:
+        """The outputs of the backward's own forward call (made with grad, as training
+        makes it): a kernel may take another path there (a fused forward that computes
+        the gradient too), whose values the no-grad ``outputs`` never show."""
+        self.ensure("grads")
+        return self._cached("grad_outputs", lambda: [])
 
     def gold_grad_chunks(self):
         """The float64 gold gradient, chunk by chunk (timed as ``gold``)."""

@@ -183,6 +183,26 @@ def test_raising_on_out_of_range_targets_is_a_contract_fail_naming_the_exception
     assert res["forward_accuracy"].status == "pass"
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_a_wrong_training_forward_fails_backward_accuracy(catalog, dtype):
+    """A fused kernel whose forward with grad (training) returns other values than
+    without: the no-grad forward is right, so only the backward's own call shows it."""
+    cat = with_candidate(catalog, "planted", "broken_logp:fused_training_forward")
+    checks = ["forward_accuracy", "backward_accuracy"]
+    res = run_small(cat, "planted", checks, dtype=dtype, seeds=[0])
+    assert res["forward_accuracy"].status == "pass"
+    assert res["backward_accuracy"].status == "fail"
+    assert res["backward_accuracy"].message.startswith("output (with grad):")
+
+
+def test_a_training_forward_that_varies_in_batches_fails_backward_invariance(catalog):
+    cat = with_candidate(catalog, "planted", "broken_logp:training_forward_perturbed_in_batches")
+    checks = ["forward_invariance", "backward_invariance"]
+    res = run_small(cat, "planted", checks, seeds=[0])
+    assert res["forward_invariance"].status == "pass"
+    assert res["backward_invariance"].status == "fail", res["backward_invariance"].message
+
+
 def test_a_target_truncated_to_32_bits_fails_the_contract(catalog):
     """The shipped out-of-range values include 2^32 + 1, which an int32 id wraps to 1."""
     cat = with_candidate(catalog, "planted", "broken_logp:int32_targets")
