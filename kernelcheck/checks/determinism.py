@@ -21,12 +21,16 @@ from kernelcheck.checks.rows import fmt_index
 from kernelcheck.checks.threads import torch_threads
 from kernelcheck.checks.trial import Trial
 
+WITH_GRAD = "output (with grad)"  # the backward's own forward call: a training path
+
 
 class Determinism(Check):
     name = "determinism"
     PARAMS = {"repeats": 3, "max_seeds": 1, "threads": 8, "thread_repeats": 2}
-    summary = "repeated runs (forward, and backward when on) are bit-identical"
-    uses = frozenset({"outputs", "grads"})
+    summary = (
+        "repeated runs (forward, and backward with its call's outputs when on) are bit-identical"
+    )
+    uses = frozenset({"outputs", "grads", "grad_outputs"})
 
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
@@ -38,12 +42,13 @@ class Determinism(Check):
         outs = trial.own_call(self.ctx.call)
         results = [("output", o.detach().cpu()) for o in outs]
         if self.ctx.grad:
-            _, grads = trial.own_call(lambda dev: self.ctx.call_backward(dev, trial.upstream))
+            outs, grads = trial.own_call(lambda dev: self.ctx.call_backward(dev, trial.upstream))
             # digested at once: a Qwen3-sized gradient is freed before anything else runs
             results += [
                 (f"gradient:{n}", row_digests(self.ctx.input_rows(n, g.cpu())))
                 for n, g in grads.items()
             ]
+            results += [(WITH_GRAD, o.detach().cpu()) for o in outs]
         return results
 
     def observe(self, trial: Trial) -> None:
@@ -54,6 +59,7 @@ class Determinism(Check):
                 (f"gradient:{n}", row_digests(self.ctx.input_rows(n, g)))
                 for n, g in trial.grads.items()
             ]
+            reference += [(WITH_GRAD, o) for o in trial.grad_outputs]
         trial.finished(self.name)  # the digests are all the repeats need
         plain = max(2, int(self.params["repeats"]))
         threads = int(self.params["threads"])
@@ -83,7 +89,7 @@ class Determinism(Check):
 
     def _difference(self, what: str, got: torch.Tensor, want: torch.Tensor) -> str:
         """'' when ``got`` has ``want``'s bits (``want``: the tensor, or a gradient's digests)."""
-        if what == "output":
+        if what in ("output", WITH_GRAD):
             if got.shape != want.shape:
                 return "shape changed"
             same = bool((bits(got) == bits(want)).all())

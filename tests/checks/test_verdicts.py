@@ -203,6 +203,12 @@ def test_a_training_forward_that_varies_in_batches_fails_backward_invariance(cat
     assert res["backward_invariance"].status == "fail", res["backward_invariance"].message
 
 
+def test_a_nondeterministic_training_forward_fails_determinism(catalog):
+    cat = with_candidate(catalog, "planted", "broken_logp:training_forward_nondeterministic")
+    res = run_small(cat, "planted", ["determinism"], seeds=[0])["determinism"]
+    assert res.status == "fail" and "output (with grad):" in res.message, res.message
+
+
 def test_a_target_truncated_to_32_bits_fails_the_contract(catalog):
     """The shipped out-of-range values include 2^32 + 1, which an int32 id wraps to 1."""
     cat = with_candidate(catalog, "planted", "broken_logp:int32_targets")
