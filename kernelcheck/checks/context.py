@@ -11,11 +11,28 @@ from kernelcheck import dtypes
 from kernelcheck.cases.grid import Case, lead_shape
 from kernelcheck.cases.inputs import make_inputs, make_upstream
 from kernelcheck.cases.trial_store import SharedTrials, trial_key
+from kernelcheck.checks.metrics import changed_elements
 from kernelcheck.checks.outcome import CandidateFault, WrongOutput, candidate_fault
 from kernelcheck.checks.rows import flat_rows
 from kernelcheck.fresh_memory import poisoned_allocations
 from kernelcheck.spec.model import OpSpec, Tolerance
 from kernelcheck.timing import PhaseClock
+
+
+def handed_copy(u: torch.Tensor, device, dtype: torch.dtype) -> torch.Tensor:
+    """``u`` on ``device`` in ``dtype`` for a backward to read, never ``u`` itself: a
+    backward that writes its upstream gradient must not change the tensor the gold reads
+    next. Where no conversion is needed the copy keeps ``u``'s very layout (strides,
+    offset, the padding between elements: the contract's strided-upstream probe); an
+    expanded tensor (one element for many) is handed as is: a write into it raises."""
+    if u.device != torch.device(device) or u.dtype != dtype:
+        return u.to(device, dtype)
+    if any(st == 0 and n > 1 for st, n in zip(u.stride(), u.shape)):
+        return u
+    storage = u.untyped_storage().clone()
+    return torch.empty(0, dtype=dtype, device=u.device).set_(
+        storage, u.storage_offset(), u.size(), u.stride()
+    )
 
 
 def no_progress(check: str | None, probe: str) -> None:
@@ -40,6 +57,9 @@ class CaseContext:
     gold_backward_fn: Callable | None = None  # the op's analytic gold gradient, if it has one
     # trials of every candidate (by default none: not shared)
     shared: SharedTrials = field(default_factory=lambda: SharedTrials(None))
+    # backward calls of this case that wrote the upstream gradient handed to them (a
+    # model may read that tensor again: PyTorch forbids it); ``integrity`` reports them
+    upstream_writes: list[str] = field(default_factory=list)
     _pools: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -99,22 +119,30 @@ class CaseContext:
                             f"expected {tuple(u.shape)}"
                         )
                 wrt = [args[n] for n in self.op.grad_inputs]
-                grads = torch.autograd.grad(
-                    outs,
-                    wrt,
-                    [u.to(o.device, o.dtype) for u, o in zip(upstream, outs)],
-                    allow_unused=True,
-                )
+                handed = [handed_copy(u, o.device, o.dtype) for u, o in zip(upstream, outs)]
+                grads = torch.autograd.grad(outs, wrt, handed, allow_unused=True)
         except CandidateFault:
             raise
         except Exception as exc:
             raise candidate_fault(exc, "candidate backward raised") from None
+        self._note_upstream_writes(upstream, handed, outs)
         result = {}
         for name, g in zip(self.op.grad_inputs, grads):
             if g is None:
                 raise CandidateFault(f"candidate backward gave no gradient for {name!r}")
             result[name] = g.detach()
         return [o.detach() for o in outs], result
+
+    def _note_upstream_writes(self, upstream: list, handed: list, outs: list) -> None:
+        """Record each upstream gradient the backward changed (bits of the tensor handed
+        over against its source, both in the handed dtype)."""
+        for i, (u, h, o) in enumerate(zip(upstream, handed, outs)):
+            changed = changed_elements(u.to(o.dtype), h.detach())
+            if changed:
+                name = self.op.outputs[i].name
+                self.upstream_writes.append(
+                    f"backward changed the upstream gradient of {name!r} ({changed} elements)"
+                )
 
     def outputs_list(self, out) -> list[torch.Tensor]:
         want = len(self.op.outputs)

@@ -21,7 +21,10 @@ class Integrity(Check):
     name = "integrity"
     small_inputs = True
     PARAMS = {"max_seeds": 1, "edge_rows": 64}
-    summary = "inputs unchanged (bit compare), outputs never alias an input"
+    summary = (
+        "inputs and the backward's upstream gradient unchanged (bit compare), outputs "
+        "never alias an input"
+    )
 
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
@@ -88,11 +91,15 @@ class Integrity(Check):
         self.problems += integrity_problems(inputs, dev, outs, phase)
 
     def outcome(self) -> Outcome:
+        # every backward call of the case so far (the trial's own, and the edge rows')
+        writes = self.ctx.upstream_writes
+        more = f", and in {len(writes) - 1} more backward calls" if len(writes) > 1 else ""
+        problems = self.problems + ([writes[0] + more] if writes else [])
         t = self.trial
         seed, dist = (t.seed, t.distribution) if t else (None, None)
-        metrics = {"violations": len(self.problems)}
-        if self.problems:
-            found = list(dict.fromkeys(self.problems)) + self.faults
+        metrics = {"violations": len(problems)}
+        if problems:
+            found = list(dict.fromkeys(problems)) + self.faults
             return Outcome("fail", "; ".join(found), metrics, {"mode": "exact"}, seed, dist)
         if self.faults:
             return Outcome("error", "; ".join(self.faults), metrics, {"mode": "exact"}, seed, dist)

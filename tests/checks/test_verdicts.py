@@ -209,6 +209,15 @@ def test_a_nondeterministic_training_forward_fails_determinism(catalog):
     assert res.status == "fail" and "output (with grad):" in res.message, res.message
 
 
+def test_a_backward_that_writes_its_upstream_gradient_fails_integrity_only(catalog):
+    """Its gradient is right: the gold, computed after the call, reads a pristine copy."""
+    cat = with_candidate(catalog, "planted", "broken_logp:negates_upstream_in_place")
+    res = run_small(cat, "planted", ["backward_accuracy", "integrity"], seeds=[0])
+    assert res["backward_accuracy"].status == "pass", res["backward_accuracy"].message
+    assert res["integrity"].status == "fail"
+    assert "backward changed the upstream gradient of 'logp'" in res["integrity"].message
+
+
 def test_a_target_truncated_to_32_bits_fails_the_contract(catalog):
     """The shipped out-of-range values include 2^32 + 1, which an int32 id wraps to 1."""
     cat = with_candidate(catalog, "planted", "broken_logp:int32_targets")
