@@ -10,6 +10,13 @@ from kernelcheck.checks.rows import flat_rows, fmt_index
 from kernelcheck.checks.trial import Trial
 
 
+def _new_stats(tol, trial: Trial, row_wise: bool) -> ErrorStats:
+    """Empty statistics at ``tol`` with the error profile of ``trial``'s distributions: a
+    row-wise tensor's rows come from them in turn; a shared one mixes them all."""
+    dists = parts_of(trial.distribution) if row_wise else [trial.distribution]
+    return ErrorStats(tol.atol, tol.rtol, profile=ErrorProfile(dists))
+
+
 class _ToleranceCheck(Check):
     judgment = ""
 
@@ -33,9 +40,18 @@ class _ToleranceCheck(Check):
         """Statistics of one output or gradient of ``trial``, with its error profile: a
         row-wise tensor's rows come from the trial's distributions in turn; a shared one
         (a norm's weight gradient) mixes them all."""
-        tol = self.tols[name]
-        dists = parts_of(trial.distribution) if row_wise else [trial.distribution]
-        return ErrorStats(tol.atol, tol.rtol, profile=ErrorProfile(dists))
+        return _new_stats(self.tols[name], trial, row_wise)
+
+    def _output_stats(self, trial: Trial, tol, spec, c, g) -> ErrorStats:
+        """One output ``c`` of ``trial`` against its gold ``g`` at ``tol``."""
+        row_wise = self.ctx.op.is_row_wise(spec)
+        st = _new_stats(tol, trial, row_wise)
+        if row_wise:
+            nlead = len(self.ctx.lead)
+            st.update(flat_rows(c, nlead), flat_rows(g, nlead))
+        else:
+            st.update(c.unsqueeze(0), g.unsqueeze(0))
+        return st
 
     def skip_reason(self) -> str | None:
         missing = [n for n, t in self.tols.items() if t is None]
@@ -111,7 +127,6 @@ class ForwardAccuracy(_ToleranceCheck):
         return [o.name for o in self.ctx.op.outputs]
 
     def observe(self, trial: Trial) -> None:
-        nlead = len(self.ctx.lead)
         outputs = self.ctx.op.outputs
         for spec, c, g in zip(outputs, trial.outputs, trial.gold):
             # one output: "output" (as ever); several: each by its name
@@ -119,13 +134,8 @@ class ForwardAccuracy(_ToleranceCheck):
             if tuple(c.shape) != tuple(g.shape):
                 self._shape_fail(trial, what, c.shape, g.shape)
                 continue
-            row_wise = self.ctx.op.is_row_wise(spec)
-            st = self.stats(spec.name, trial, row_wise)
-            if row_wise:
-                st.update(flat_rows(c, nlead), flat_rows(g, nlead))
-            else:
-                st.update(c.unsqueeze(0), g.unsqueeze(0))
-            self._record(trial, st, what, row_wise)
+            st = self._output_stats(trial, self.tols[spec.name], spec, c, g)
+            self._record(trial, st, what, self.ctx.op.is_row_wise(spec))
 
 
 class BackwardAccuracy(_ToleranceCheck):
@@ -173,21 +183,15 @@ class BackwardAccuracy(_ToleranceCheck):
     def _judge_grad_outputs(self, trial: Trial) -> None:
         """The with-grad outputs against the gold, each at its forward tolerance (none in
         the spec: not judged). A failure is this check's; the metrics stay the gradients'."""
-        nlead, outputs = len(self.ctx.lead), self.ctx.op.outputs
+        outputs = self.ctx.op.outputs
         for spec, c, g in zip(outputs, trial.grad_outputs, trial.gold):
-            tol = self.ctx.tolerance("forward_accuracy", spec.name)
+            tol = self.ctx.tolerance(ForwardAccuracy.judgment, spec.name)
             if tol is None or self.failed is not None:
                 continue
             what = ("output" if len(outputs) == 1 else f"output:{spec.name}") + " (with grad)"
             if tuple(c.shape) != tuple(g.shape):
                 self._shape_fail(trial, what, c.shape, g.shape)
                 continue
-            row_wise = self.ctx.op.is_row_wise(spec)
-            dists = parts_of(trial.distribution) if row_wise else [trial.distribution]
-            st = ErrorStats(tol.atol, tol.rtol, profile=ErrorProfile(dists))
-            if row_wise:
-                st.update(flat_rows(c, nlead), flat_rows(g, nlead))
-            else:
-                st.update(c.unsqueeze(0), g.unsqueeze(0))
+            st = self._output_stats(trial, tol, spec, c, g)
             if st.n_bad:
-                self.failed = (trial, st, what, row_wise)
+                self.failed = (trial, st, what, self.ctx.op.is_row_wise(spec))

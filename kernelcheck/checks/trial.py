@@ -137,7 +137,11 @@ class Trial(TrialMemory, InputWriteDetector):
         makes it): a kernel may take another path there (a fused forward that computes
         the gradient too), whose values the no-grad ``outputs`` never show."""
         self.ensure("grads")
-        return self._cached("grad_outputs", lambda: [])
+        return self._cached("grad_outputs", self._no_grad_outputs)
+
+    def _no_grad_outputs(self) -> list[torch.Tensor]:
+        # the backward's run stores them beside the gradients: never judge none in silence
+        raise RuntimeError("trial grad_outputs were never stored: the backward call did not run")
 
     def gold_grad_chunks(self):
         """The float64 gold gradient, chunk by chunk (timed as ``gold``)."""
