@@ -305,7 +305,10 @@ def _sweep_gaps(spec: OpSpec, dts: list[str], checks: list[str], sweeps: bool) -
     left = swept_at_first_dtype(checks)
     if not (sweeps and spec.attribute_sweeps and left and len(dts) > 1):
         return {}
-    values = ", ".join(f"{n}={fmt_attr(v)}" for n, vs in spec.attribute_sweeps.items() for v in vs)
+    singles = [f"{n}={fmt_attr(v)}" for n, vs in spec.attribute_sweeps.items() for v in vs]
+    firsts = [f"{n}={fmt_attr(vs[0])}" for n, vs in spec.attribute_sweeps.items() if vs]
+    pairs = [f"{a} with {b}" for a, b in itertools.combinations(firsts, 2)]
+    values = ", ".join(singles + pairs)
     what = f"{', '.join(left)} at {values} for {', '.join(dts[1:])}"
     why = f"attribute sweeps judge bitwise invariance at {dts[0]}; every dtype at the defaults"
     return {what: why}
@@ -341,7 +344,9 @@ def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sw
 def attribute_sets(spec: OpSpec, overrides: dict[str, object]) -> list[AttributeSet]:
     """Every combination of the op's grid attribute values (``--attr`` pins one); then,
     unless an ``--attr`` pins anything, each sweep value of each attribute, the others
-    at their defaults. Case ids show the grid axes, the pinned and the swept names."""
+    at their defaults, and each pair of swept attributes at their first sweep values at
+    once (a kernel whose masked path forgets the temperature is right with either alone).
+    Case ids show the grid axes, the pinned and the swept names."""
     for name, value in overrides.items():
         if name not in spec.attributes:
             valid = ", ".join(spec.attributes) or "none"
@@ -369,6 +374,10 @@ def attribute_sets(spec: OpSpec, overrides: dict[str, object]) -> list[Attribute
         for value in extra:
             attrs = tuple({**defaults, name: value}.items())
             sets.append(AttributeSet(attrs, tuple(dict.fromkeys((*shown, name))), sweep=True))
+    firsts = [(n, v[0]) for n, v in spec.attribute_sweeps.items() if v]
+    for (a, va), (b, vb) in itertools.combinations(firsts, 2):
+        attrs = tuple({**defaults, a: va, b: vb}.items())
+        sets.append(AttributeSet(attrs, tuple(dict.fromkeys((*shown, a, b))), sweep=True))
     return sets
 
 

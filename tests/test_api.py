@@ -27,9 +27,10 @@ def test_the_default_run_checks_each_sweep_value_one_at_a_time(catalog):
         (("temperature", 0.7), ("with_mask", False)),
         (("temperature", 1.3), ("with_mask", False)),
         (("temperature", 1.0), ("with_mask", True)),
+        (("temperature", 0.7), ("with_mask", True)),  # the pair, at their first sweep values
     ):
         assert extra in combos
-    assert len(combos) == 4
+    assert len(combos) == 5
     # sweep cases show the swept attribute; the defaults' ids stay as they were
     ids = {c.id for c in plan.cases}
     assert "torch-fp32-2x16x257" in ids and "torch-fp32-2x16x257-temperature=0.7" in ids
@@ -80,8 +81,10 @@ def test_repros_pin_the_swept_attributes_so_they_rerun_one_case(catalog):
     assert len(again.cases) == 1
 
 
-def test_a_temperature_bug_exact_at_1_fails_the_default_run(catalog):
-    cat = with_candidate(catalog, "bug", "scale_bugs:temperature_after_logsumexp")
+def _swept_forward_accuracy(catalog, fixture: str):
+    """The default run's attribute sets for one planted logp bug: (results, status by the
+    attributes off their defaults)."""
+    cat = with_candidate(catalog, "bug", fixture)
     report = api.run(
         cat,
         "logp",
@@ -93,11 +96,15 @@ def test_a_temperature_bug_exact_at_1_fails_the_default_run(catalog):
         isolate=False,
         sweeps=True,
     )
-    by = {tuple(sorted(r.attributes.items())): r.status for r in report.results}
+    return report.results, {tuple(sorted(r.attributes.items())): r.status for r in report.results}
+
+
+def test_a_temperature_bug_exact_at_1_fails_the_default_run(catalog):
+    results, by = _swept_forward_accuracy(catalog, "scale_bugs:temperature_after_logsumexp")
     assert by[()] == "pass"  # T = 1: exact
     assert by[(("temperature", 0.7),)] == "fail" and by[(("temperature", 1.3),)] == "fail"
     # it takes no mask: checked without it only, and the report says so
-    masked = [r for r in report.results if r.attributes.get("with_mask") is True]
+    masked = [r for r in results if r.attributes.get("with_mask") is True]
     assert masked and all(r.status == "skip" for r in masked)
     assert "does not take mask" in masked[0].message
 
@@ -165,3 +172,10 @@ def test_an_addon_override_reaches_the_plan(tmp_path):
     plan = api.plan(load_catalog([path]), "logp", candidate_names=["torch"], device="cpu")
     assert {c.shape for c in plan.cases} == {(("batch", 530), ("vocab", 257))}
     assert {s for c in plan.cases for s in c.seeds} == {4}
+
+
+def test_a_bug_that_needs_two_attributes_off_their_defaults_fails_the_default_run(catalog):
+    _, by = _swept_forward_accuracy(catalog, "scale_bugs:masked_path_drops_temperature")
+    assert by[(("temperature", 0.7),)] == "pass" and by[(("with_mask", True),)] == "pass"
+    assert by[(("temperature", 0.7), ("with_mask", True))] == "fail"
+    assert len(by) == 5 and list(by.values()).count("fail") == 1
