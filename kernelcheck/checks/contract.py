@@ -2,9 +2,10 @@
 
 Output dtype, shape and device; out-of-range indices give exactly the declared value
 (+0.0 for logp, compared as bits) and a zero gradient; empty input works; a
-non-contiguous input (row-padded and lead-strided views) gives the same bits as its
-contiguous copy; so does a backward handed a non-contiguous upstream gradient, as
-autograd hands one to a kernel (``out.sum()`` gives an expanded one, of stride 0).
+non-contiguous input (row-padded, lead-strided and RL's shifted-token views) gives the
+same bits as its contiguous copy, forward and backward; so does a backward handed a
+non-contiguous upstream gradient, as autograd hands one to a kernel (``out.sum()``
+gives an expanded one, of stride 0).
 """
 
 from __future__ import annotations
@@ -248,32 +249,64 @@ class Contract(Check):
             self.passed.append("empty input")
 
     def _strided(self, trial: Trial) -> None:
-        op = self.ctx.op
-        row_wise = {i.name: op.is_row_wise(i) for i in op.inputs}
+        """Non-contiguous inputs give the bits of their contiguous copies, forward and
+        backward: (a) rows padded, (b) every other row, (c) the shifted-token views of RL
+        (``logits[:, :-1]`` with ``ids[:, 1:]``), whose lead dims do not flatten into one
+        stride: a kernel that addresses rows as ``row * stride(-2)`` reads other rows."""
         before = len(self.problems)
+        for label, views, lead in self._strided_views(trial):
+            contiguous = {k: v.contiguous() for k, v in views.items()}
+            self._same_bits(label, views, contiguous)
+            self._same_gradient_bits(label, self.ctx.upstream(trial.seed, lead), views, contiguous)
+        if len(self.problems) == before:
+            self.passed.append("non-contiguous == contiguous")
+
+    def _strided_views(self, trial: Trial):
+        """(label, device inputs, lead shape) of each non-contiguous layout the op takes."""
+        op, nlead = self.ctx.op, len(self.ctx.lead)
+        row_wise = {i.name: op.is_row_wise(i) for i in op.inputs}
         head, (n,) = self._head(trial)
-        # (a) rows padded: last dim contiguous, row stride larger than the row
-        dev = self.ctx.to_device(head)
         padded = {}
-        for k, v in dev.items():
+        for k, v in self.ctx.to_device(head).items():
             if row_wise[k] and v.is_floating_point() and v.dim() > 1:
                 wide = torch.zeros(*v.shape[:-1], v.shape[-1] + 3, dtype=v.dtype, device=v.device)
                 wide[..., : v.shape[-1]] = v
-                padded[k] = wide[..., : v.shape[-1]]
-            else:
-                padded[k] = v
-        self._same_bits("row-padded view", padded, dev)
-        # (b) every other row of a batch twice as long: strided lead dim
-        if op.lead:
-            double = self.ctx.draw(trial.seed, trial.distribution, lead=(2 * n,), salt="strided")
-            strided = {
-                k: (v[::2] if row_wise[k] else v) for k, v in self.ctx.to_device(double).items()
-            }
-            self._same_bits(
-                "lead-strided view", strided, {k: v.contiguous() for k, v in strided.items()}
-            )
-        if len(self.problems) == before:
-            self.passed.append("non-contiguous == contiguous")
+                v = wide[..., : v.shape[-1]]
+            padded[k] = v
+        yield "row-padded view", padded, (n,)
+        if not op.lead:
+            return
+        double = self.ctx.draw(trial.seed, trial.distribution, lead=(2 * n,), salt="strided")
+        strided = {k: (v[::2] if row_wise[k] else v) for k, v in self.ctx.to_device(double).items()}
+        yield "lead-strided view", strided, (n,)
+        if nlead < 2:
+            return
+        seq = min(self.ctx.lead[-1], 8)
+        lead = (*[2] * (nlead - 1), seq + 1)
+        longer = self.ctx.to_device(self.ctx.draw(trial.seed, trial.distribution, lead, "shift"))
+        cut = nlead - 1  # the last lead dim: logits drop the last token, ids the first
+        shifted = {
+            k: (v.narrow(cut, 0 if v.is_floating_point() else 1, seq) if row_wise[k] else v)
+            for k, v in longer.items()
+        }
+        yield "shifted-token view", shifted, (*lead[:-1], seq)
+
+    def _same_gradient_bits(self, label: str, upstream, views: dict, contiguous: dict) -> None:
+        """A backward on ``views`` gives the gradient bits of one on their copies."""
+        if not self.ctx.grad:
+            return
+        _, got = self.ctx.call_backward(views, upstream)
+        _, want = self.ctx.call_backward(contiguous, upstream)
+        problem = f"{label}: gradient {{}} differs from the contiguous copy's"
+        self._same_gradients(problem, got, want)
+
+    def _same_gradients(self, problem: str, got: dict, want: dict) -> None:
+        """A problem (``problem`` formatted with the name) per gradient whose bits differ."""
+        for name in want:
+            g, w = got[name].detach().cpu(), want[name].detach().cpu()
+            if g.shape != w.shape or not bool((bits(g) == bits(w)).all()):
+                detail = "shape differs" if g.shape != w.shape else first_bit_difference(g, w)
+                self.problems.append(f"{problem.format(repr(name))}: {detail}")
 
     def _strided_upstream(self, trial: Trial) -> None:
         """Backward with each upstream gradient expanded from one value (``out.sum()``:
@@ -291,14 +324,8 @@ class Contract(Check):
             _, got = self.ctx.call_backward(self.ctx.to_device(head), views)
             copies = [v.contiguous() for v in views]
             _, want = self.ctx.call_backward(self.ctx.to_device(head), copies)
-            for name in want:
-                g, w = got[name].detach().cpu(), want[name].detach().cpu()
-                if g.shape != w.shape or not bool((bits(g) == bits(w)).all()):
-                    detail = "shape differs" if g.shape != w.shape else first_bit_difference(g, w)
-                    self.problems.append(
-                        f"{label}: gradient {name!r} differs from the one a contiguous "
-                        f"upstream gives: {detail}"
-                    )
+            problem = f"{label}: gradient {{}} differs from the one a contiguous upstream gives"
+            self._same_gradients(problem, got, want)
         if len(self.problems) == before:
             self.passed.append("non-contiguous upstream == contiguous")
 
