@@ -33,7 +33,8 @@ DISTRIBUTIONS = {
     "normal": "standard normal",
     "large": "rows offset by +-1e4 (fp16: +-6e4, near its max) beyond exp's fp32 range: "
     "catches a missing max subtraction",
-    "masked": "30% of entries -inf (RL vocab masking), never the target",
+    "masked": "30% of entries -inf (RL vocab masking), in a third of the rows half the row in "
+    "one run (the first columns, a padded vocab's tail), never the target",
     "equal": "all entries of a row equal: catches off-by-one sums and bad tie handling",
     "heavy": "Student-t (2 dof), clipped to +-20: rare large entries dominate the sum",
     "lm": "LM-like logits: std 4-8 per row and a peaked head of 8 tokens near the tail's top; "
@@ -348,8 +349,8 @@ def edge_columns(size: int) -> list[int]:
 def _mask(
     op: OpSpec, tensors: dict[str, torch.Tensor], seed: int, salt: str, rows_of: slice
 ) -> None:
-    """Set a fraction of float entries of the rows ``rows_of`` to -inf, sparing entries an
-    index input selects."""
+    """Set float entries of the rows ``rows_of`` to -inf, sparing entries an index input
+    selects: the rows take :func:`masked_runs`' patterns in turn."""
     for spec in op.inputs:
         if spec.values != "case":
             continue
@@ -357,24 +358,45 @@ def _mask(
         if x.dim() == 0 or x.numel() == 0:
             continue
         gen = _generator(seed, "mask", spec.name, salt)
-        rows = x.view(-1, x.shape[-1])[rows_of]
+        width = x.shape[-1]
+        rows = x.view(-1, width)[rows_of]
         selectors = [
             tensors[i.name].reshape(-1)[rows_of] for i in op.inputs if i.index_into == spec.name
         ]
-        step = max(1, DRAW_CHUNK_ELEMENTS // x.shape[-1])
+        step = max(1, DRAW_CHUNK_ELEMENTS // width)
         for start in range(0, rows.shape[0], step):
             chunk = rows[start : start + step]
             mask = torch.rand(chunk.shape, generator=gen) < MASKED_FRACTION
             mask[:, 0] = False  # never a fully masked row
-            for t in selectors:
-                if t.numel() != rows.shape[0]:
-                    continue
-                sel = t[start : start + step]
-                valid = (sel >= 0) & (sel < x.shape[-1])
+            selected = [t[start : start + step] for t in selectors if t.numel() == rows.shape[0]]
+            masked_runs(mask, start + seed + width, selected)
+            for sel in selected:
+                valid = (sel >= 0) & (sel < width)
                 spare = torch.zeros_like(mask)
-                spare.scatter_(-1, sel.clamp(0, x.shape[-1] - 1).unsqueeze(-1), valid.unsqueeze(-1))
+                spare.scatter_(-1, sel.clamp(0, width - 1).unsqueeze(-1), valid.unsqueeze(-1))
                 mask &= ~spare
             chunk.masked_fill_(mask, float("-inf"))
+
+
+def masked_runs(mask: torch.Tensor, first: int, selected: list[torch.Tensor]) -> None:
+    """Rows ``[n, V]`` of ``mask`` (scattered) in three patterns, row r's by
+    ``(first + r) % 3``: scattered as they are; the first half of the row masked in one
+    run (columns 0 and 1, a kernel's first tile, a first thread's share); the last half
+    (a padded vocab's tail, the last tile). A run never covers a selected entry: it
+    takes the other half then. A kernel whose partial maximum of a fully masked block is
+    -inf computes exp(-inf - -inf) = NaN there; scattered masks never fill a block."""
+    n, width = mask.shape
+    half = width // 2
+    if not half:
+        return
+    pattern = (first + torch.arange(n)) % 3
+    for t in selected:  # at most one half holds the entry: the run takes the other
+        inside = torch.where(pattern == 1, t < half, (t >= width - half) & (t < width))
+        pattern = torch.where((pattern > 0) & (t >= 0) & inside, 3 - pattern, pattern)
+    cols = torch.arange(width)
+    mask |= ((pattern == 1)[:, None] & (cols < half)) | (
+        (pattern == 2)[:, None] & (cols >= width - half)
+    )
 
 
 def make_upstream(shape: tuple[int, ...], dtype: torch.dtype, seed: int, salt: str = ""):

@@ -9,6 +9,7 @@ import torch
 
 from kernelcheck.cases.grid import Case, parse_shard, shard
 from kernelcheck.cases.inputs import edge_columns, make_inputs, make_upstream
+from tests.conftest import run_small, with_candidate
 
 SIZES = {"batch": 6, "vocab": 257}
 
@@ -53,8 +54,13 @@ def test_masked_spares_the_target_and_never_a_whole_row(catalog):
     x = make_inputs(catalog.op("logp"), {"batch": 64, "vocab": 257}, "bf16", 0, "masked")
     logits, target = x["logits"], x["target"]
     inf = torch.isinf(logits)
-    assert 0.2 < inf.float().mean() < 0.4
     assert not inf.all(dim=-1).any()
+    # a third of the rows scattered (30%), a third the first half in one run, a third the
+    # last half: columns 0 and 1 and whole blocks of any size up to half the row
+    first, last = inf[:, :128].all(-1), inf[:, -128:].all(-1)
+    scattered = ~first & ~last
+    assert 0.2 < inf[scattered].float().mean() < 0.4
+    assert 15 <= int(first.sum()) <= 27 and 15 <= int(last.sum()) <= 27
     valid = (target >= 0) & (target < 257)
     picked = logits.gather(-1, target.clamp(0, 256).unsqueeze(-1)).squeeze(-1)
     assert torch.isfinite(picked[valid]).all()
@@ -307,3 +313,18 @@ def test_a_16_bit_large_row_cannot_hold_the_perturbation(catalog):
     fp32 = make_inputs(op, RATIO_KL_SIZES, "fp32", 1, "large")
     diff = fp32["ref_logits"].double() - fp32["policy_logits"].double()
     assert 0.45 < float(diff.std()) < 0.55
+
+
+@pytest.mark.parametrize(
+    "bug,vocab",
+    [("nan_when_the_row_starts_masked", 257), ("nan_in_masked_block", 5000)],
+)
+def test_masked_runs_fail_kernels_that_only_a_fully_masked_block_trips(catalog, bug, vocab):
+    """Scattered -inf never fills a block nor columns 0 and 1 together: each of these
+    kernels passed every check before the masked rows took runs; the honest formula
+    passes the same trials."""
+    for name, want in ((f"tile_bugs:{bug}", "fail"), ("tile_bugs:honest", "pass")):
+        cat = with_candidate(catalog, "k", name)
+        shape = {"batch": 2, "seq": 3, "vocab": vocab}
+        res = run_small(cat, "k", ["forward_accuracy"], shape=shape, distributions="masked")
+        assert res["forward_accuracy"].status == want, (name, res["forward_accuracy"].message)
