@@ -279,9 +279,9 @@ class Contract(Check):
         double = self.ctx.draw(trial.seed, trial.distribution, lead=(2 * n,), salt="strided")
         strided = {k: (v[::2] if row_wise[k] else v) for k, v in self.ctx.to_device(double).items()}
         yield "lead-strided view", strided, (n,)
-        if nlead < 2:
+        seq = min(self.ctx.lead[-1], 8) if nlead >= 2 else 0
+        if not seq:
             return
-        seq = min(self.ctx.lead[-1], 8)
         lead = (*[2] * (nlead - 1), seq + 1)
         longer = self.ctx.to_device(self.ctx.draw(trial.seed, trial.distribution, lead, "shift"))
         cut = nlead - 1  # the last lead dim: logits drop the last token, ids the first

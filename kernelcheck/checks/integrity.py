@@ -2,7 +2,11 @@
 
 Observed on the trial and, for an op with an out-of-range rule, on the trial's first
 rows with out-of-range (ignore-index) values planted: a kernel that writes into the
-rows it ignores is caught on every shape, whatever the draw held.
+rows it ignores is caught on every shape, whatever the draw held. Fresh memory also
+means fresh per call: a kernel that hands every call of a shape the same output buffer
+overwrites the result a caller still holds (the old policy's logp, say) the next time
+it is called; the results of one call, forward and backward, must keep their bits
+through a second call on other inputs.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import math
 
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.contract import plant_out_of_range
-from kernelcheck.checks.metrics import integrity_problems
+from kernelcheck.checks.metrics import bits, integrity_problems, overlaps
 from kernelcheck.checks.outcome import CandidateFault, Outcome
 from kernelcheck.checks.rows import flat_rows
 from kernelcheck.checks.trial import Trial
@@ -23,7 +27,7 @@ class Integrity(Check):
     PARAMS = {"max_seeds": 1, "edge_rows": 64}
     summary = (
         "inputs and the backward's upstream gradient unchanged (bit compare), outputs "
-        "never alias an input"
+        "never alias an input nor the next call's outputs"
     )
 
     def __init__(self, ctx, params=None):
@@ -54,8 +58,41 @@ class Integrity(Check):
             inputs, lead = self._edge_inputs(trial)
             upstream = self.ctx.upstream(trial.seed, lead, salt="edge")
             self._forward_backward(inputs, upstream, " with out-of-range rows")
+        self.progress("a second call")
+        try:
+            self._second_call(trial)
+        except CandidateFault as exc:
+            self.faults.append(f"a second call: {exc}")
 
-    def _edge_inputs(self, trial: Trial) -> tuple[dict, tuple[int, ...]]:
+    def _second_call(self, trial: Trial) -> None:
+        """Results of one call (forward; backward: outputs and gradients) against the same
+        results after a call on other inputs of the same shape: unchanged bits, no shared
+        storage."""
+        inputs, lead = self._edge_inputs(trial, plant=False)
+        other = self.ctx.draw(trial.seed, trial.distribution, lead, salt="second")
+        calls = [("forward", lambda x: self.ctx.call(self.ctx.to_device(x)))]
+        if self.ctx.grad:
+            upstream = self.ctx.upstream(trial.seed, lead, salt="second")
+
+            def backward(x):
+                outs, grads = self.ctx.call_backward(self.ctx.to_device(x), upstream)
+                return list(outs) + list(grads.values())
+
+            calls.append(("backward", backward))
+        for phase, call in calls:
+            first = call(inputs)
+            kept = [bits(r.detach().cpu()).clone() for r in first]
+            second = call(other)
+            for i, (r, was) in enumerate(zip(first, kept)):
+                shared = any(overlaps(r, s) for s in second)
+                if shared or not bool((bits(r.detach().cpu()) == was).all()):
+                    how = "shares memory with" if shared else "changed with"
+                    self.problems.append(
+                        f"{phase} result {i} of one call {how} the next call's results (a "
+                        "reused output buffer overwrites what the caller still holds)"
+                    )
+
+    def _edge_inputs(self, trial: Trial, plant: bool = True) -> tuple[dict, tuple[int, ...]]:
         op, nlead = self.ctx.op, len(self.ctx.lead)
         n = min(int(self.params["edge_rows"]), math.prod(self.ctx.lead))
         inputs = {
@@ -66,7 +103,8 @@ class Integrity(Check):
             )
             for s in op.inputs
         }
-        plant_out_of_range(self.ctx, inputs)
+        if plant:
+            plant_out_of_range(self.ctx, inputs)
         return inputs, (n,)
 
     def _forward_backward(self, inputs: dict, upstream: list, label: str) -> None:
