@@ -26,6 +26,9 @@ INDEX_IGNORED = -100
 # order: a tiled kernel's bugs sit at a tile's first and last column and at the dim's
 # last column, which uniform draws over a 151,936-entry vocab almost never select.
 EDGE_INDEX_FRACTION = 0.25
+# a trial's upstream gradient is exactly 0 on this share of its rows (at least one): the
+# tokens a loss mask drops, whose gradient rows must come out 0, never unwritten
+LOSS_MASK_FRACTION = 0.125
 
 # Each distribution targets a class of bug. Their parameters keep |output| small enough
 # that an fp32 output can meet the fp32 contract (atol 1e-5 needs |logp| < ~64).
@@ -399,7 +402,28 @@ def masked_runs(mask: torch.Tensor, first: int, selected: list[torch.Tensor]) ->
     )
 
 
-def make_upstream(shape: tuple[int, ...], dtype: torch.dtype, seed: int, salt: str = ""):
-    """The upstream gradient for backward checks: standard normal, drawn on the CPU."""
+def make_upstream(
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    seed: int,
+    salt: str = "",
+    zero_rows: torch.Tensor | None = None,
+):
+    """The upstream gradient for backward checks: standard normal, drawn on the CPU;
+    exactly 0 on the rows (of the lead, flattened) where ``zero_rows`` is set."""
     gen = _generator(seed, "upstream", salt)
-    return torch.randn(shape, generator=gen, dtype=torch.float32).to(dtype)
+    t = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if zero_rows is not None and t.numel():
+        t.view(zero_rows.numel(), -1)[zero_rows] = 0.0
+    return t.to(dtype)
+
+
+def loss_mask_rows(rows: int, seed: int, salt: str = "") -> torch.Tensor:
+    """The rows a loss mask drops (``LOSS_MASK_FRACTION``, at least one of 2 or more): a
+    model multiplies a per-token loss by its mask, so those tokens' upstream gradient is
+    exactly 0, and a kernel that skips them must still write their zero gradient (an
+    unwritten row reads NaN here: fresh memory is poisoned). One set for every output."""
+    gen = _generator(seed, "loss-mask", salt)
+    zero = torch.rand(rows, generator=gen) < LOSS_MASK_FRACTION
+    _at_least_one(zero, torch.ones_like(zero), gen)
+    return zero

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -9,7 +10,7 @@ import torch
 
 from kernelcheck import dtypes
 from kernelcheck.cases.grid import Case, lead_shape
-from kernelcheck.cases.inputs import make_inputs, make_upstream
+from kernelcheck.cases.inputs import loss_mask_rows, make_inputs, make_upstream
 from kernelcheck.cases.trial_store import SharedTrials, trial_key
 from kernelcheck.checks.metrics import changed_elements
 from kernelcheck.checks.outcome import CandidateFault, WrongOutput, candidate_fault
@@ -214,12 +215,26 @@ class CaseContext:
         for mine in [m for m in self._pools if m[:2] == (seed, dist)]:
             del self._pools[mine]
 
-    def upstream(self, seed: int, lead: tuple[int, ...] | None = None, salt: str = ""):
+    def upstream(
+        self,
+        seed: int,
+        lead: tuple[int, ...] | None = None,
+        salt: str = "",
+        loss_mask: bool = False,
+    ):
+        """Upstream gradients of a call on ``lead`` rows; with ``loss_mask``, exactly 0 on
+        the rows a loss mask drops (the trials': a pool's rows stay nonzero, each one a
+        comparison that counts)."""
         with self.clock.phase("inputs"):
-            return self._upstream(seed, lead, salt)
-
-    def _upstream(self, seed: int, lead: tuple[int, ...] | None, salt: str):
-        return [
-            make_upstream(self.expected_shape(i, lead), self.expected_dtype(i), seed, salt + str(i))
-            for i in range(len(self.op.outputs))
-        ]
+            rows = math.prod(self.lead if lead is None else lead)
+            zero = loss_mask_rows(rows, seed, salt) if loss_mask and self.op.lead else None
+            return [
+                make_upstream(
+                    self.expected_shape(i, lead),
+                    self.expected_dtype(i),
+                    seed,
+                    salt + str(i),
+                    zero if self.op.is_row_wise(spec) else None,
+                )
+                for i, spec in enumerate(self.op.outputs)
+            ]

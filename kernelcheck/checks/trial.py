@@ -114,7 +114,7 @@ class Trial(TrialMemory, InputWriteDetector):
 
     @cached_property
     def upstream(self) -> list[torch.Tensor]:
-        return self.ctx.upstream(self.seed)
+        return self.ctx.upstream(self.seed, loss_mask=True)
 
     @property
     def grads(self) -> dict[str, torch.Tensor]:

@@ -328,3 +328,17 @@ def test_masked_runs_fail_kernels_that_only_a_fully_masked_block_trips(catalog, 
         shape = {"batch": 2, "seq": 3, "vocab": vocab}
         res = run_small(cat, "k", ["forward_accuracy"], shape=shape, distributions="masked")
         assert res["forward_accuracy"].status == want, (name, res["forward_accuracy"].message)
+
+
+def test_a_trials_upstream_is_zero_on_the_rows_a_loss_mask_drops():
+    from kernelcheck.cases.inputs import loss_mask_rows
+
+    zero = loss_mask_rows(64, 0)
+    assert 1 <= int(zero.sum()) < 24
+    assert loss_mask_rows(2, 5).sum() >= 1  # at least one row of every trial of 2+
+    up = make_upstream((8, 8, 3), torch.bfloat16, 0, "0", loss_mask_rows(64, 0))
+    rows = up.view(64, 3)
+    assert (rows[zero] == 0).all() and (rows[~zero] != 0).all()
+    # the other rows keep the draw they had without a mask
+    plain = make_upstream((8, 8, 3), torch.bfloat16, 0, "0").view(64, 3)
+    assert torch.equal(rows[~zero], plain[~zero])
