@@ -2,8 +2,9 @@
 
 Output dtype, shape and device; out-of-range indices give exactly the declared value
 (+0.0 for logp, compared as bits) and a zero gradient; empty input works; a
-non-contiguous input (row-padded, lead-strided and RL's shifted-token views) gives the
-same bits as its contiguous copy, forward and backward; so does a backward handed a
+non-contiguous input (row-padded, column-strided, lead-strided and RL's shifted-token
+views) gives the same bits as its contiguous copy, forward and backward; so does a
+backward handed a
 non-contiguous upstream gradient, as autograd hands one to a kernel (``out.sum()``
 gives an expanded one, of stride 0).
 """
@@ -274,6 +275,14 @@ class Contract(Check):
                 v = wide[..., : v.shape[-1]]
             padded[k] = v
         yield "row-padded view", padded, (n,)
+        columns = {}  # every other column of rows twice as wide: stride(-1) == 2
+        for k, v in self.ctx.to_device(head).items():
+            if row_wise[k] and v.is_floating_point() and v.dim() > 1:
+                wide = torch.zeros(*v.shape[:-1], 2 * v.shape[-1], dtype=v.dtype, device=v.device)
+                wide[..., ::2] = v
+                v = wide[..., ::2]
+            columns[k] = v
+        yield "column-strided view", columns, (n,)
         if not op.lead:
             return
         double = self.ctx.draw(trial.seed, trial.distribution, lead=(2 * n,), salt="strided")

@@ -51,6 +51,7 @@ PLANTED_BUGS = [
     ("bf16-mean", "forward_precision", "fp32", "x the honest fp32 reference's"),
     ("batch-dependent-split", "forward_invariance", "bf16", "differ in bits"),
     ("in-place", "integrity", "fp32", "changed input 'x'"),
+    ("unit-column-stride", "contract", "fp32", "column-strided view"),
 ]
 
 

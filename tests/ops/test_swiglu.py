@@ -30,6 +30,7 @@ PLANTED_BUGS = [
     ("tanh-sigmoid", "forward_accuracy", "fp32", "elements outside"),
     ("batch-dependent", "forward_invariance", "fp32", "differ in bits"),
     ("in-place", "integrity", "fp32", "changed input 'gate'"),
+    ("unit-column-stride", "contract", "fp32", "column-strided view"),
 ]
 
 
