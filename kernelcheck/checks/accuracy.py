@@ -155,30 +155,52 @@ class BackwardAccuracy(_ToleranceCheck):
     def judged(self) -> list[str]:
         return list(self.ctx.op.grad_inputs)
 
+    def __init__(self, ctx, params=None):
+        super().__init__(ctx, params)
+        self.frozen_judged = False
+
     def observe(self, trial: Trial) -> None:
-        grads = trial.grads
+        sets = [("", trial.grads)]
+        if len(self.ctx.op.grad_inputs) > 1 and not self.frozen_judged:
+            self.frozen_judged = True  # one trial of the case: a path, not a precision
+            sets += self._frozen_grads(trial)
         nlead = len(self.ctx.lead)
-        row_wise = {n: self.ctx.op.is_row_wise(self.ctx.op.input(n)) for n in grads}
-        per_input = {n: self.stats(n, trial, row_wise[n]) for n in grads}
-        flat = {}
-        for n, g in grads.items():
-            want = tuple(trial.cpu_inputs[n].shape)
-            if tuple(g.shape) != want:
-                self._shape_fail(trial, f"gradient:{n}", g.shape, want)
-                per_input.pop(n)
-                continue
-            flat[n] = flat_rows(g, nlead) if row_wise[n] else g
+        judged = []  # (what, input name, stats, its rows, row-wise)
+        for suffix, grads in sets:
+            for n, g in grads.items():
+                row_wise = self.ctx.op.is_row_wise(self.ctx.op.input(n))
+                want = tuple(trial.cpu_inputs[n].shape)
+                if tuple(g.shape) != want:
+                    self._shape_fail(trial, f"gradient:{n}{suffix}", g.shape, want)
+                    continue
+                rows = flat_rows(g, nlead) if row_wise else g
+                judged.append((f"gradient:{n}{suffix}", n, self.stats(n, trial, row_wise), rows))
         for sl, chunk in trial.gold_grad_chunks():
-            for n, gold_rows in chunk.items():
-                if n not in per_input:
+            for _, n, st, rows in judged:
+                if n not in chunk:  # a chunk holds row-wise gradients or the shared ones
                     continue
                 if sl is None:
-                    per_input[n].update(flat[n].unsqueeze(0), gold_rows.unsqueeze(0))
+                    st.update(rows.unsqueeze(0), chunk[n].unsqueeze(0))
                 else:
-                    per_input[n].update(flat[n][sl], gold_rows, row_offset=sl.start)
-        for n, st in per_input.items():
-            self._record(trial, st, f"gradient:{n}", row_wise[n])
+                    st.update(rows[sl], chunk[n], row_offset=sl.start)
+        for what, n, st, _ in judged:
+            self._record(trial, st, what, self.ctx.op.is_row_wise(self.ctx.op.input(n)))
         self._judge_grad_outputs(trial)
+
+    def _frozen_grads(self, trial: Trial) -> list[tuple[str, dict]]:
+        """(" (others frozen)", {name: gradient}) of a call where one grad input alone
+        requires grad, per grad input: a frozen weight (LoRA's base, a frozen lm_head or
+        norm) sends autograd down another path, and kernels take another kernel there."""
+        names = self.ctx.op.grad_inputs
+        found = []
+        for k in names:
+            self.progress(f"gradient:{k} alone")
+            _, grads = self.ctx.call_backward(
+                self.ctx.to_device(trial.cpu_inputs), trial.upstream, wrt=(k,)
+            )
+            frozen = ", ".join(n for n in names if n != k)
+            found.append((f" ({frozen} frozen)", {k: grads[k].cpu()}))
+        return found
 
     def _judge_grad_outputs(self, trial: Trial) -> None:
         """The with-grad outputs against the gold, each at its forward tolerance (none in

@@ -104,11 +104,16 @@ class CaseContext:
         return self.outputs_list(out)
 
     def call_backward(
-        self, inputs: dict[str, torch.Tensor], upstream: list[torch.Tensor]
+        self,
+        inputs: dict[str, torch.Tensor],
+        upstream: list[torch.Tensor],
+        wrt: tuple[str, ...] | None = None,
     ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
-        """Forward with grad, then ``autograd.grad`` w.r.t. the op's grad inputs."""
+        """Forward with grad, then ``autograd.grad`` w.r.t. the op's grad inputs (``wrt``:
+        only these require grad, the others are frozen, as a LoRA model's base weights)."""
         args = dict(inputs)
-        for name in self.op.grad_inputs:
+        names = tuple(self.op.grad_inputs) if wrt is None else wrt
+        for name in names:
             args[name] = args[name].detach().requires_grad_(True)
         try:
             with torch.enable_grad(), self.clock.phase("candidate"), poisoned_allocations():
@@ -119,16 +124,17 @@ class CaseContext:
                             f"output {self.op.outputs[i].name!r} shape {tuple(o.shape)} != "
                             f"expected {tuple(u.shape)}"
                         )
-                wrt = [args[n] for n in self.op.grad_inputs]
                 handed = [handed_copy(u, o.device, o.dtype) for u, o in zip(upstream, outs)]
-                grads = torch.autograd.grad(outs, wrt, handed, allow_unused=True)
+                grads = torch.autograd.grad(
+                    outs, [args[n] for n in names], handed, allow_unused=True
+                )
         except CandidateFault:
             raise
         except Exception as exc:
             raise candidate_fault(exc, "candidate backward raised") from None
         self._note_upstream_writes(upstream, handed, outs)
         result = {}
-        for name, g in zip(self.op.grad_inputs, grads):
+        for name, g in zip(names, grads):
             if g is None:
                 raise CandidateFault(f"candidate backward gave no gradient for {name!r}")
             result[name] = g.detach()

@@ -52,6 +52,7 @@ PLANTED_BUGS = [
     ("batch-dependent-split", "forward_invariance", "bf16", "differ in bits"),
     ("in-place", "integrity", "fp32", "changed input 'x'"),
     ("unit-column-stride", "contract", "fp32", "column-strided view"),
+    ("frozen-weight-dx", "backward_accuracy", "fp32", "gradient:x (weight frozen)"),
 ]
 
 
