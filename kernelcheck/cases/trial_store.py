@@ -236,13 +236,18 @@ def _decode(layout: dict, folder: Path):
 
 
 def _stored_bytes(root: Path) -> int:
-    """Bytes of every stored part under ``root`` (a part removed meanwhile counts 0)."""
+    """Bytes of every stored part under ``root`` (a part removed meanwhile counts 0, and
+    so does a group's folder removed while it is walked: ``os.walk`` skips a folder it
+    cannot list, where ``Path.rglob`` raised FileNotFoundError mid-run)."""
     total = 0
-    for path in root.rglob("*.*"):
-        try:
-            total += path.stat().st_size
-        except OSError:
-            pass
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if "." not in name:
+                continue
+            try:
+                total += os.stat(os.path.join(folder, name)).st_size
+            except OSError:
+                pass
     return total
 
 

@@ -191,3 +191,25 @@ def test_no_room_in_shared_memory_means_not_shared_never_a_crash(tmp_path, monke
     t.fill_(2.0)
     store.put("k", "inputs", {"x": t, "y": torch.ones(3)})
     assert store.get("k", "inputs") is None and not list(tmp_path.iterdir())
+
+
+def test_the_stored_size_walk_survives_a_group_folder_removed_meanwhile(tmp_path, monkeypatch):
+    """Groups side by side: one group's last case removes its folder while another case
+    sums the run's stored bytes. A folder gone mid-walk counts 0, never raises (it did:
+    FileNotFoundError in the invariance check that was storing its pool)."""
+    import os
+
+    from kernelcheck.cases import trial_store
+
+    for group, size in (("group-0", 3), ("group-1", 5)):
+        (tmp_path / group).mkdir()
+        (tmp_path / group / "k.part.bin").write_bytes(b"x" * size)
+    real = os.scandir
+
+    def scandir(path="."):
+        if str(path).endswith("group-1"):
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert trial_store._stored_bytes(tmp_path) == 3
