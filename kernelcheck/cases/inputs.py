@@ -384,7 +384,8 @@ def _mask(
 def masked_runs(mask: torch.Tensor, first: int, selected: list[torch.Tensor]) -> None:
     """Rows ``[n, V]`` of ``mask`` (scattered) in three patterns, row r's by
     ``(first + r) % 3``: scattered as they are; the first half of the row masked in one
-    run (columns 0 and 1, a kernel's first tile, a first thread's share); the last half
+    run (column 0 and, from V = 4, 1; a kernel's first tile, a first thread's share), the
+    column after it kept; the last half
     (a padded vocab's tail, the last tile). A run never covers a selected entry: it
     takes the other half then. A kernel whose partial maximum of a fully masked block is
     -inf computes exp(-inf - -inf) = NaN there; scattered masks never fill a block."""
@@ -397,9 +398,9 @@ def masked_runs(mask: torch.Tensor, first: int, selected: list[torch.Tensor]) ->
         inside = torch.where(pattern == 1, t < half, (t >= width - half) & (t < width))
         pattern = torch.where((pattern > 0) & (t >= 0) & inside, 3 - pattern, pattern)
     cols = torch.arange(width)
-    mask |= ((pattern == 1)[:, None] & (cols < half)) | (
-        (pattern == 2)[:, None] & (cols >= width - half)
-    )
+    first_half, last_half = (pattern == 1)[:, None], (pattern == 2)[:, None]
+    mask |= (first_half & (cols < half)) | (last_half & (cols >= width - half))
+    mask[pattern == 1, half] = False  # never a fully masked row (column 0 is in the run)
 
 
 def make_upstream(
@@ -418,12 +419,13 @@ def make_upstream(
     return t.to(dtype)
 
 
-def loss_mask_rows(rows: int, seed: int, salt: str = "") -> torch.Tensor:
-    """The rows a loss mask drops (``LOSS_MASK_FRACTION``, at least one of 2 or more): a
-    model multiplies a per-token loss by its mask, so those tokens' upstream gradient is
-    exactly 0, and a kernel that skips them must still write their zero gradient (an
-    unwritten row reads NaN here: fresh memory is poisoned). One set for every output."""
+def loss_mask_rows(allowed: torch.Tensor, seed: int, salt: str = "") -> torch.Tensor:
+    """The rows a loss mask drops (``LOSS_MASK_FRACTION`` of the ``allowed`` rows, at
+    least one where one is allowed): a model multiplies a per-token loss by its mask, so
+    those tokens' upstream gradient is exactly 0, and a kernel that skips them must still
+    write their zero gradient (an unwritten row reads NaN here: fresh memory is
+    poisoned). One set for every output."""
     gen = _generator(seed, "loss-mask", salt)
-    zero = torch.rand(rows, generator=gen) < LOSS_MASK_FRACTION
-    _at_least_one(zero, torch.ones_like(zero), gen)
+    zero = (torch.rand(allowed.numel(), generator=gen) < LOSS_MASK_FRACTION) & allowed
+    _at_least_one(zero, allowed, gen)
     return zero

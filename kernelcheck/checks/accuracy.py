@@ -5,7 +5,7 @@ from __future__ import annotations
 from kernelcheck.cases.inputs import parts_of, row_distribution
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import ErrorProfile, ErrorStats, merge_stats
-from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.outcome import CandidateFault, Outcome
 from kernelcheck.checks.rows import flat_rows, fmt_index
 from kernelcheck.checks.trial import Trial
 
@@ -144,6 +144,7 @@ class BackwardAccuracy(_ToleranceCheck):
     training path is never seen by ``forward_accuracy``'s no-grad call."""
 
     name = "backward_accuracy"
+    PARAMS = {"frozen_inputs": True}  # shape_sweep's judge: off (a path, not a size)
     uses = frozenset({"grads", "grad_outputs", "gold"})
     judgment = "backward_accuracy"
     needs_grad = True
@@ -161,11 +162,12 @@ class BackwardAccuracy(_ToleranceCheck):
 
     def observe(self, trial: Trial) -> None:
         sets = [("", trial.grads)]
-        if len(self.ctx.op.grad_inputs) > 1 and not self.frozen_judged:
+        frozen = self.params["frozen_inputs"] and len(self.ctx.op.grad_inputs) > 1
+        if frozen and not self.frozen_judged:
             self.frozen_judged = True  # one trial of the case: a path, not a precision
             sets += self._frozen_grads(trial)
         nlead = len(self.ctx.lead)
-        judged = []  # (what, input name, stats, its rows, row-wise)
+        judged = []  # (what, input name, stats, its rows)
         for suffix, grads in sets:
             for n, g in grads.items():
                 row_wise = self.ctx.op.is_row_wise(self.ctx.op.input(n))
@@ -195,10 +197,15 @@ class BackwardAccuracy(_ToleranceCheck):
         found = []
         for k in names:
             self.progress(f"gradient:{k} alone")
-            _, grads = self.ctx.call_backward(
-                self.ctx.to_device(trial.cpu_inputs), trial.upstream, wrt=(k,)
-            )
             frozen = ", ".join(n for n in names if n != k)
+            try:
+                _, grads = self.ctx.call_backward(
+                    self.ctx.to_device(trial.cpu_inputs), trial.upstream, wrt=(k,)
+                )
+            except CandidateFault as exc:
+                if exc.out_of_memory:
+                    raise
+                raise CandidateFault(f"gradient:{k} ({frozen} frozen): {exc}") from None
             found.append((f" ({frozen} frozen)", {k: grads[k].cpu()}))
         return found
 

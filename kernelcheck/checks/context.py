@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -226,14 +225,14 @@ class CaseContext:
         seed: int,
         lead: tuple[int, ...] | None = None,
         salt: str = "",
-        loss_mask: bool = False,
+        loss_mask: torch.Tensor | None = None,
     ):
-        """Upstream gradients of a call on ``lead`` rows; with ``loss_mask``, exactly 0 on
-        the rows a loss mask drops (the trials': a pool's rows stay nonzero, each one a
-        comparison that counts)."""
+        """Upstream gradients of a call on ``lead`` rows; with ``loss_mask`` (the rows it
+        may drop), exactly 0 on the rows a loss mask drops (the trials': a pool's rows
+        stay nonzero, each one a comparison that counts)."""
         with self.clock.phase("inputs"):
-            rows = math.prod(self.lead if lead is None else lead)
-            zero = loss_mask_rows(rows, seed, salt) if loss_mask and self.op.lead else None
+            masked = loss_mask is not None and self.op.lead
+            zero = loss_mask_rows(loss_mask, seed, salt) if masked else None
             return [
                 make_upstream(
                     self.expected_shape(i, lead),

@@ -55,6 +55,8 @@ OTHER_INNER = 16  # the inner dims not swept, at most
 SHARE_ELEMENTS = 1 << 20  # shapes this large share their draws and gold across candidates
 # each shape's judges, in this order (a shape stops at its first failure)
 JUDGES: tuple[type[Check], ...] = (ForwardAccuracy, BackwardAccuracy)
+# frozen grad inputs are another path, not another size: judged once per case, not here
+SWEEP_PARAMS = {BackwardAccuracy.name: {"frozen_inputs": False}}
 
 
 def sweep_sizes() -> list[int]:
@@ -167,7 +169,7 @@ class ShapeSweep(Check):
         at = Trial(sub, seed, dist)
         try:
             for cls in self._judge_classes():
-                judge = cls(sub)
+                judge = cls(sub, SWEEP_PARAMS.get(cls.name))
                 judge.observe(at)
                 outcome = judge.outcome()
                 if "max_abs" in outcome.metrics:

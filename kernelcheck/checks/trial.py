@@ -10,12 +10,14 @@ a call wrote its inputs, ``InputWriteDetector``'s (``checks/input_writes.py``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from functools import cached_property
 
 import torch
 
 from kernelcheck import gold
+from kernelcheck.cases.inputs import parts_of
 from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.differentiable import differentiable_call
 from kernelcheck.checks.input_writes import InputWriteDetector
@@ -114,7 +116,17 @@ class Trial(TrialMemory, InputWriteDetector):
 
     @cached_property
     def upstream(self) -> list[torch.Tensor]:
-        return self.ctx.upstream(self.seed, loss_mask=True)
+        """Upstream gradients with a loss mask (exact zeros) on some rows: never a
+        distribution's first row (a sweep's only one, whose gradient must be judged), nor
+        a row an op's own mask input masks out (its gradient is zero by contract; a zero
+        upstream there would hide one that leaks)."""
+        rows = math.prod(self.ctx.lead)
+        allowed = torch.arange(rows) >= len(parts_of(self.distribution))
+        for spec in self.ctx.op.inputs:
+            mask = self.cpu_inputs.get(spec.name) if spec.values == "mask" else None
+            if mask is not None and mask.numel() == rows:
+                allowed &= mask.reshape(-1).bool()
+        return self.ctx.upstream(self.seed, loss_mask=allowed)
 
     @property
     def grads(self) -> dict[str, torch.Tensor]:

@@ -403,7 +403,8 @@ def _parse_attributes(table: dict, path: Path) -> tuple[dict[str, tuple], dict[s
     ``eps = 1e-6`` (one value), ``temperature = [1.0, 0.7]`` (a grid axis: every value
     with every shape) or ``temperature = { default = 1.0, sweep = [0.7, 1.3] }``: the
     default run also checks each sweep value, one attribute at a time, the others at
-    their defaults (on the grid's ``sweep_shapes``).
+    their defaults, and each pair of swept attributes at their first sweep values (on
+    the grid's first shape: ``api.attribute_sets``).
     """
     values_of, sweeps = {}, {}
     for name, value in table.items():
