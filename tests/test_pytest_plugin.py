@@ -68,11 +68,13 @@ CHECKS = (
     "integrity",
     "shape_sweep",
 )
-# each sweep value of logp's attributes (temperature 0.7, 1.3; with_mask true) is a case
-# of its own, with every check but shape_sweep; mine takes neither: those items skip
-SWEEP_ITEMS = 3 * (len(CHECKS) - 1)
+# each sweep value of logp's attributes (temperature 0.7, 1.3; with_mask true) and the
+# pair of first sweep values (0.7 with a mask) is a case of its own, with every check
+# but shape_sweep; mine takes neither: those items skip
+SWEEP_CASES = 4
+SWEEP_ITEMS = SWEEP_CASES * (len(CHECKS) - 1)
 # at a dtype after the grid's first, a sweep case runs no invariance checks (api.py)
-LATER_SWEEP_ITEMS = 3 * (len(CHECKS) - 3)
+LATER_SWEEP_ITEMS = SWEEP_CASES * (len(CHECKS) - 3)
 GRAD_CHECKS = ("backward_accuracy", "backward_precision", "backward_invariance")
 
 
@@ -144,8 +146,8 @@ def test_keyword_selection_and_failure_output(pytester, spec):
     # torch and cpu (built in), mine, broken and noback at fp32; and the sweeps' cases,
     # which only torch takes (temperature, mask): the others' items skip
     outcomes = res.parseoutcomes()
-    assert outcomes["failed"] == 1 and outcomes["passed"] == 4 + 3
-    assert outcomes["skipped"] == 4 * 3
+    assert outcomes["failed"] == 1 and outcomes["passed"] == 4 + SWEEP_CASES
+    assert outcomes["skipped"] == 4 * SWEEP_CASES
     out = res.stdout.str()
     assert (
         "FAIL broken-fp32-2x4x257 forward_accuracy: output: 7 of 8 elements outside atol=1e-05"
@@ -268,10 +270,12 @@ def test_every_shipped_op_runs_as_pytest_items(pytester, op, shape):
         "--kernelcheck-dtype=fp32",
         f"--kernelcheck-shape={shape}",
     )
+    from kernelcheck import api
     from kernelcheck.spec import load_catalog
 
-    # each sweep value (rms_norm's eps) is a case of every check but shape_sweep
-    extra = sum(len(v) for v in load_catalog().ops[op].attribute_sweeps.values())
+    # each sweep set (rms_norm's eps values: one attribute, no pair) is a case of every
+    # check but shape_sweep
+    extra = sum(a.sweep for a in api.attribute_sets(load_catalog().ops[op], {}))
     res.assert_outcomes(passed=len(CHECKS) + extra * (len(CHECKS) - 1))
 
 
