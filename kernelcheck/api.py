@@ -305,10 +305,12 @@ def _sweep_gaps(spec: OpSpec, dts: list[str], checks: list[str], sweeps: bool) -
     left = swept_at_first_dtype(checks)
     if not (sweeps and spec.attribute_sweeps and left and len(dts) > 1):
         return {}
-    singles = [f"{n}={fmt_attr(v)}" for n, vs in spec.attribute_sweeps.items() for v in vs]
-    firsts = [f"{n}={fmt_attr(vs[0])}" for n, vs in spec.attribute_sweeps.items() if vs]
-    pairs = [f"{a} with {b}" for a, b in itertools.combinations(firsts, 2)]
-    values = ", ".join(singles + pairs)
+    defaults = {n: v[0] for n, v in spec.attributes.items()}
+    values = ", ".join(  # each sweep set by its values off the defaults, as it was planned
+        " with ".join(f"{n}={fmt_attr(v)}" for n, v in a.attrs if v != defaults[n])
+        for a in attribute_sets(spec, {})
+        if a.sweep
+    )
     what = f"{', '.join(left)} at {values} for {', '.join(dts[1:])}"
     why = f"attribute sweeps judge bitwise invariance at {dts[0]}; every dtype at the defaults"
     return {what: why}
