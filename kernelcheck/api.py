@@ -399,6 +399,7 @@ def _resolve_gold(spec: OpSpec) -> None:
         ("gold", spec.gold),
         ("reference", spec.reference),
         ("gold_backward", spec.gold_backward),
+        ("gradient_scale", spec.gradient_scale),
     ):
         if path is None:
             continue

@@ -189,7 +189,7 @@ class BackwardPrecision(Check):
 
         def make() -> dict[str, Sums]:
             made.update(self._sums(trial, cand, with_reference=True))
-            return {who: made[who] for who in ("gold", "ref", "exact")}
+            return {who: made[who] for who in ("gold", "ref", "exact", "scale") if who in made}
 
         stored = trial.reference_grads(make)
         mine = made.get("cand")
@@ -202,20 +202,24 @@ class BackwardPrecision(Check):
         same chunks): per row and class, sum |gold| and each judged gradient's error."""
         out: dict[str, Sums] = {"gold": {}, "cand": {}}
         refs = trial.reference_grad_chunks() if with_reference else None
+        scales = trial.gradient_scale_chunks() if with_reference else None
         if refs is not None:
             out.update(ref={}, exact={})
+        if scales is not None:
+            out["scale"] = {}
         for sl, chunk in trial.gold_grad_chunks():
-            ref_chunk = None
-            if refs is not None:
-                ref_sl, ref_chunk = next(refs)
-                if ref_sl != sl:
-                    raise RuntimeError(f"reference chunk {ref_sl} != gold chunk {sl}")
+            ref_chunk = _same_chunk(refs, sl)
+            scale_chunk = _same_chunk(scales, sl)
             for n, g in chunk.items():
                 start = 0 if sl is None else sl.start
                 rows = slice(start, start + (1 if sl is None else g.shape[0]))
                 nrows = self.ctx.input_rows(n, trial.cpu_inputs[n]).shape[0]
                 prep = self._prepare(n, g.reshape(rows.stop - rows.start, -1), rows)
                 self._add(out["gold"], n, rows, nrows, prep.gold.abs(), prep.picked)
+                if scale_chunk is not None:
+                    scale = scale_chunk[n].reshape(prep.gold.shape).nan_to_num(posinf=0.0)
+                    scale = torch.maximum(scale, prep.gold.abs())  # never below the gradient
+                    self._add(out["scale"], n, rows, nrows, scale, prep.picked)
                 judged = {"cand": cand[n][rows]} if n in cand else {}
                 if ref_chunk is not None:
                     judged["ref"] = ref_chunk[n].reshape(prep.gold.shape)
@@ -279,10 +283,12 @@ class BackwardPrecision(Check):
 
     def _judge(self, trial, grad, label, dist, picked, pooled, where) -> None:
         gold_sums = picked.pop("gold")
+        scale_sums = picked.pop("scale", None)
         if pooled:
             gold_sums = gold_sums.sum(0, keepdim=True)
+            scale_sums = None if scale_sums is None else scale_sums.sum(0, keepdim=True)
             picked = {who: v.sum(0, keepdim=True) for who, v in picked.items()}
-        found = {who: worst_relative(v, gold_sums) for who, v in picked.items()}
+        found = {who: worst_relative(v, gold_sums, scale_sums) for who, v in picked.items()}
         if found["cand"] is None:
             return
         (cand, at), (ref, _), (exact, _) = found["cand"], found["ref"], found["exact"]
@@ -331,6 +337,16 @@ class BackwardPrecision(Check):
             return Outcome("pass", "", metrics, tol, j.seed, j.distribution)
         message = f"{_message(j, self.params)} [seed {j.seed}, {j.distribution}]"
         return Outcome("fail", message, metrics, tol, j.seed, j.distribution, j.trial_distribution)
+
+
+def _same_chunk(chunks, sl: slice | None) -> dict | None:
+    """The next chunk of ``chunks`` (None: none), which must cover the gold's ``sl``."""
+    if chunks is None:
+        return None
+    got, chunk = next(chunks)
+    if got != sl:
+        raise RuntimeError(f"chunk {got} != gold chunk {sl}")
+    return chunk
 
 
 def _index_input(op, grad: str) -> str | None:

@@ -55,6 +55,7 @@ class CaseContext:
     progress: Callable[[str | None, str], None] = no_progress
     clock: PhaseClock = field(default_factory=PhaseClock)
     gold_backward_fn: Callable | None = None  # the op's analytic gold gradient, if it has one
+    gradient_scale_fn: Callable | None = None  # backward_precision's yardstick, if not |gold|
     # trials of every candidate (by default none: not shared)
     shared: SharedTrials = field(default_factory=lambda: SharedTrials(None))
     # backward calls of this case that wrote the upstream gradient handed to them (a

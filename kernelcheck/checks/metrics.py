@@ -640,12 +640,16 @@ def scaled_abs_error(x: torch.Tensor, gold: torch.Tensor, scale: torch.Tensor) -
     return torch.addcmul(x, gold, scale.neg().unsqueeze(1)).abs_()
 
 
-def worst_relative(err: torch.Tensor, gold: torch.Tensor) -> tuple[float, int] | None:
-    """The largest ``err / gold`` over the entries (rows) with ``gold > 0``, and its
-    position; None when there is none (a row of zero gradient is not judged here)."""
+def worst_relative(
+    err: torch.Tensor, gold: torch.Tensor, against: torch.Tensor | None = None
+) -> tuple[float, int] | None:
+    """The largest ``err / against`` (default ``gold``) over the entries (rows) with
+    ``gold > 0``, and its position; None when there is none (a row of zero gradient is
+    not judged here)."""
     keep = gold > 0
     if not bool(keep.any()):
         return None
-    rel = torch.where(keep, err / torch.where(keep, gold, 1.0), -1.0)
+    den = gold if against is None else against
+    rel = torch.where(keep, err / torch.where(keep, den, 1.0), -1.0)
     at = int(rel.argmax())
     return float(rel[at]), at

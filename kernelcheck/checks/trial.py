@@ -178,6 +178,23 @@ class Trial(TrialMemory, InputWriteDetector):
                 return
             yield item
 
+    def gradient_scale_chunks(self):
+        """The op's ``gradient_scale`` (``backward_precision``'s yardstick) in the gold's
+        very chunks, or None where the op has none (the yardstick is then |gold|)."""
+        fn = self.ctx.gradient_scale_fn
+        if fn is None:
+            return None
+        chunks = gold.backward_chunks(
+            self.ctx.op,
+            self.ctx.gold_fn,
+            self.cpu_inputs,
+            self.upstream,
+            self.ctx.lead,
+            fn,
+            device=gold.gold_device(self.ctx.case.device),
+        )
+        return self._timed(chunks)
+
     def reference_grad_chunks(self):
         """The honest fp32 reference's gradient (autograd of ``ctx.reference_fn`` on the
         inputs as the candidate gets them, in their dtype), in the gold's very chunks

@@ -158,6 +158,7 @@ def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
         gold_fn = resolve(op.gold, op.base_dir)
         reference_fn = resolve(op.reference, op.base_dir) if op.reference else None
         gold_backward_fn = resolve(op.gold_backward, op.base_dir) if op.gold_backward else None
+        scale_fn = resolve(op.gradient_scale, op.base_dir) if op.gradient_scale else None
     except ImportPathError as exc:
         for name in case.checks:
             yield result(name, Outcome("error", f"cannot load: {exc}"))
@@ -174,8 +175,8 @@ def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
         for name in case.checks:
             yield result(name, Outcome("skip", why))
         return
-    gold_fn, reference_fn, gold_backward_fn = (
-        with_attributes(f, attrs) for f in (gold_fn, reference_fn, gold_backward_fn)
+    gold_fn, reference_fn, gold_backward_fn, scale_fn = (
+        with_attributes(f, attrs) for f in (gold_fn, reference_fn, gold_backward_fn, scale_fn)
     )
 
     grad, grad_reason = _grad_switch(op, cand, options)
@@ -191,6 +192,7 @@ def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
         progress=progress,
         clock=clock,
         gold_backward_fn=gold_backward_fn,
+        gradient_scale_fn=scale_fn,
         shared=SharedTrials(options.shared_dir, options.shared_budget),
     )
     active: dict[str, Check] = {}

@@ -45,6 +45,7 @@ _OP_KEYS = {
     "description",
     "gold",
     "gold_backward",
+    "gradient_scale",
     "reference",
     "attributes",
     "timeout_s",
@@ -194,6 +195,7 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
     gold = _import_path(raw, "gold", path, "")
     reference = _import_path(raw, "reference", path, "") if "reference" in raw else None
     gold_backward = _import_path(raw, "gold_backward", path, "") if "gold_backward" in raw else None
+    scale = _import_path(raw, "gradient_scale", path, "") if "gradient_scale" in raw else None
     dims = _parse_dims(_get(raw, "dims", dict, path, ""), path)
     lead = tuple(_str_list(raw, "lead", path, ""))
     for d in lead:
@@ -239,6 +241,7 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
         gold=gold,
         reference=reference,
         gold_backward=gold_backward,
+        gradient_scale=scale,
         dims=dims,
         lead=lead,
         inputs=inputs,

@@ -263,6 +263,10 @@ class OpSpec:
     # optional analytic float64 gradient, fn(upstream, **inputs) -> {input: grad};
     # without it the gold gradient is autograd of the gold
     gold_backward: str | None = None
+    # optional fn(upstream, **inputs) -> {input: float64 magnitudes >= |gold gradient|}:
+    # what backward_precision measures an entry's error against where the gradient is
+    # a difference of larger terms (default: |gold gradient|)
+    gradient_scale: str | None = None
     # [attributes]: keyword arguments of the gold, the reference and every candidate
     # (eps, temperature); each a tuple of values, more than one making a grid axis
     attributes: dict[str, tuple] = field(default_factory=dict)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from kernelcheck import api
 from kernelcheck.ops import entropy
-from tests.conftest import FIXTURES, run_one
+from tests.conftest import FIXTURES, run_one, with_op_candidate
 
 SMALL = {"batch": 2, "seq": 16, "vocab": 257}
 
@@ -18,6 +20,64 @@ def test_gold_matches_the_definition_and_masked_entries_add_nothing():
     assert torch.allclose(entropy.gold(x), -(p * p.log()).sum(-1), rtol=1e-13, atol=0)
     masked = torch.cat([x, torch.full((3, 2), float("-inf"), dtype=torch.float64)], -1)
     assert torch.allclose(entropy.gold(masked), entropy.gold(x), rtol=1e-13, atol=0)
+
+
+def test_gold_backward_is_autograd_of_the_gold_where_that_is_exact():
+    x = torch.randn(4, 9, 300, dtype=torch.float64).requires_grad_(True)
+    g = torch.randn(4, 9, dtype=torch.float64)
+    (auto,) = torch.autograd.grad(entropy.gold(x), [x], g)
+    analytic = entropy.gold_backward([g], x.detach())["logits"]
+    assert torch.allclose(analytic, auto, rtol=1e-12, atol=1e-15)
+
+
+def test_gold_backward_keeps_a_near_one_hot_rows_argmax_entry():
+    """Row (0, -64): dH/dx = (-64, 64) * p1 * p2 exactly, 1e-26. Autograd of the gold adds
+    and subtracts 1/s and returns 0 for the argmax: it failed an exact fp32 kernel."""
+    x = torch.tensor([[0.0, -64.0]], dtype=torch.float64)
+    p2 = math.exp(-64) / (1 + math.exp(-64))
+    want = torch.tensor([[-64.0, 64.0]], dtype=torch.float64) * (1 - p2) * p2
+    one = torch.ones(1, dtype=torch.float64)
+    assert torch.allclose(entropy.gold_backward([one], x)["logits"], want, rtol=1e-12, atol=0)
+    (auto,) = torch.autograd.grad(entropy.gold(x.requires_grad_(True)), [x], one)
+    assert auto[0, 0] == 0  # what the check compared with before
+    scale = entropy.gradient_scale([one], x.detach())["logits"]
+    assert scale[0, 0] == pytest.approx(1.0, rel=1e-12)  # the terms |g| * p that cancel
+    assert bool((scale >= want.abs()).all())
+
+
+def test_gradient_scale_is_zero_on_masked_entries_and_never_below_the_gradient():
+    x = torch.randn(6, 50, dtype=torch.float64)
+    x[:, ::3] = float("-inf")
+    g = torch.randn(6, dtype=torch.float64)
+    grad = entropy.gold_backward([g], x)["logits"]
+    scale = entropy.gradient_scale([g], x)["logits"]
+    assert bool(torch.isfinite(scale).all()) and bool((scale[:, ::3] == 0).all())
+    assert bool((scale >= grad.abs()).all()) and bool((grad[:, ::3] == 0).all())
+
+
+# hand-written backwards (tests/fixtures/broken_entropy.py): the honest formulas pass
+# backward_precision on the default grid, a lossy step fails it
+HAND_WRITTEN = {
+    "textbook_backward": "pass",
+    "centred_backward": "pass",
+    "backward_drops_tiny_terms": "fail",
+    "backward_bf16_softmax": "fail",
+    "backward_bf16_sum": "fail",
+}
+
+
+@pytest.mark.parametrize("name", HAND_WRITTEN)
+def test_backward_precision_on_hand_written_backwards(catalog, name):
+    cat = with_op_candidate(catalog, "entropy", name, f"broken_entropy:{name}")
+    report = api.run(cat, "entropy", candidate_names=[name], dtype_names="fp32",
+                     check_names=["backward_precision"], isolate=False, seeds=[0, 1])  # fmt: skip
+    statuses = {r.status for r in report.results}
+    if HAND_WRITTEN[name] == "pass":
+        assert statuses == {"pass"}, [r.message for r in report.results if r.status != "pass"]
+    else:
+        assert "fail" in statuses
+        failed = next(r for r in report.results if r.status == "fail")
+        assert failed.metrics["ratio"] > 10, failed.message
 
 
 @pytest.mark.slow
