@@ -330,9 +330,11 @@ class Contract(Check):
 
     def _strided_upstream(self, trial: Trial) -> None:
         """Backward with each upstream gradient expanded from one value (``out.sum()``:
-        stride 0) and as every other element of a longer tensor whose other elements are
-        NaN: the gradients must have the bits of the same call with contiguous copies. A
-        kernel that reads the upstream as contiguous memory reads past it or the NaNs."""
+        stride 0), as every other element of a longer tensor whose other elements are
+        NaN, and (2+ dims) broadcast over one dim only: the gradients must have the bits
+        of the same call with contiguous copies. A kernel that reads the upstream as
+        contiguous memory, or addresses it by one stride (``row * stride(-1)``, right for
+        the first two), reads past it, the NaNs or the wrong values."""
         if not self.ctx.grad:
             return
         head, lead = self._head(trial)
@@ -340,14 +342,39 @@ class Contract(Check):
         ups = [u.to(self.ctx.device) for u in self.ctx.upstream(trial.seed, lead)]
         expanded = [u.reshape(-1)[:1].reshape((1,) * u.dim()).expand_as(u) for u in ups]
         strided = [torch.stack([u, torch.full_like(u, math.nan)], dim=-1)[..., 0] for u in ups]
-        for label, views in (("expanded upstream", expanded), ("strided upstream", strided)):
-            _, got = self.ctx.call_backward(self.ctx.to_device(head), views)
+        layouts = [("expanded upstream", head, expanded), ("strided upstream", head, strided)]
+        layouts += self._broadcast_upstreams(trial, head)
+        for label, inputs, views in layouts:
+            _, got = self.ctx.call_backward(self.ctx.to_device(inputs), views)
             copies = [v.contiguous() for v in views]
-            _, want = self.ctx.call_backward(self.ctx.to_device(head), copies)
+            _, want = self.ctx.call_backward(self.ctx.to_device(inputs), copies)
             problem = f"{label}: gradient {{}} differs from the one a contiguous upstream gives"
             self._same_gradients(problem, got, want)
         if len(self.problems) == before:
             self.passed.append("non-contiguous upstream == contiguous")
+
+    def _broadcast_upstreams(self, trial: Trial, head: dict) -> list:
+        """The head's rows as a ``(2, m)`` lead with upstreams broadcast over one dim: one
+        value per sequence, strides (1, 0), as a sequence-level loss gives ((lp.sum(-1) *
+        advantage).mean()), and one per position shared by the batch, strides (0, 1)."""
+        op = self.ctx.op
+        rows = next((t.shape[0] for s in op.inputs if op.is_row_wise(s) for t in [head[s.name]]), 0)
+        m = rows // 2
+        if m < 2:
+            return []
+        lead = (2, m)
+        two = {
+            s.name: head[s.name][: 2 * m].reshape(*lead, *head[s.name].shape[1:])
+            if op.is_row_wise(s) else head[s.name]
+            for s in op.inputs
+        }  # fmt: skip
+        ups = [u.to(self.ctx.device) for u in self.ctx.upstream(trial.seed, lead)]
+        last = [u[:, :1].expand_as(u) if u.dim() >= 2 else u for u in ups]
+        first = [u[:1].expand_as(u) if u.dim() >= 2 else u for u in ups]
+        return [
+            ("upstream broadcast over the last dim", two, last),
+            ("upstream broadcast over the first dim", two, first),
+        ]
 
     def _same_bits(self, label: str, views: dict, contiguous: dict) -> None:
         got = self.ctx.call(views)

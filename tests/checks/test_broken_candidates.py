@@ -31,6 +31,7 @@ BROKEN = [
     ),
     ("ignores_strides", "contract", "fp32", "normal", "differs from the contiguous copy"),
     ("contiguous_upstream_assumed", "contract", "fp32", "normal", "upstream"),
+    ("upstream_by_last_stride", "contract", "fp32", "normal", "broadcast over the last dim"),
     ("rows_by_one_stride", "contract", "fp32", "normal", "shifted-token view: output"),
     ("targets_by_one_stride", "contract", "fp32", "normal", "shifted-token view: output"),
     ("backward_rows_by_one_stride", "contract", "fp32", "normal", "shifted-token view: gradient"),
