@@ -87,7 +87,8 @@ def run(
         bool,
         typer.Option(
             "--sweep/--no-sweep",
-            help="Also check each attribute's sweep values on the grid's first shape.",
+            help="Also check each attribute's sweep values (on the grid's first shape and "
+            "its longest row up to 2^14).",
         ),
     ] = True,
     check_grad: Annotated[

@@ -34,9 +34,11 @@ def test_the_default_run_checks_each_sweep_value_one_at_a_time(catalog):
     # sweep cases show the swept attribute; the defaults' ids stay as they were
     ids = {c.id for c in plan.cases}
     assert "torch-fp32-2x16x257" in ids and "torch-fp32-2x16x257-temperature=0.7" in ids
-    # on the grid's first shape; the others at the defaults
-    first = tuple(catalog.ops["logp"].grid.shapes[0].items())
-    assert {c.shape for c in plan.cases if c.shown} == {first}
+    # on the grid's first shape and its longest row up to 2^14 (V = 10000, more than one
+    # 4096-element tile); the others at the defaults
+    shapes = [tuple(s.items()) for s in catalog.ops["logp"].grid.shapes]
+    assert {c.shape for c in plan.cases if c.shown} == {shapes[0], shapes[2]}
+    assert dict(shapes[2])["vocab"] == 10000
 
 
 def test_sweeps_judge_invariance_at_the_first_dtype_and_say_so(catalog):
@@ -179,3 +181,30 @@ def test_a_bug_that_needs_two_attributes_off_their_defaults_fails_the_default_ru
     assert by[(("temperature", 0.7),)] == "pass" and by[(("with_mask", True),)] == "pass"
     assert by[(("temperature", 0.7), ("with_mask", True))] == "fail"
     assert len(by) == 5 and list(by.values()).count("fail") == 1
+
+
+def test_sweep_shapes_add_the_longest_row_that_fits(catalog):
+    """The first shape always; the longest row of at most 2^14 elements beside it when it
+    is longer; the Qwen3 vocab (151936) never (its invariance alone costs seconds)."""
+    op = catalog.ops["logp"]
+    grid = [{"batch": 2, "vocab": 257}, {"batch": 8, "vocab": 151936}, {"batch": 2, "vocab": 9000}]
+    assert api.sweep_shapes(op, grid) == [0, 2]
+    assert api.sweep_shapes(op, grid[:2]) == [0]
+    assert api.sweep_shapes(op, [{"batch": 2, "vocab": 9000}, {"batch": 2, "vocab": 257}]) == [0]
+    assert api.sweep_shapes(op, []) == []
+    rms = catalog.ops["rms_norm"]
+    assert api.sweep_shapes(rms, [dict(s) for s in rms.grid.shapes]) == [0, 2]  # hidden 4096
+
+
+def test_a_temperature_bug_past_one_tile_fails_the_default_run(catalog):
+    """The sweeps' second shape (V = 10000) shows an online softmax's tile rescale that
+    forgets the temperature; the first (V = 257, one tile) cannot."""
+    cat = with_candidate(catalog, "bug", "scale_bugs:tile_rescale_drops_temperature")
+    report = api.run(
+        cat, "logp", candidate_names=["bug"], device="cpu", dtype_names="fp32",
+        check_names=["forward_accuracy"], isolate=False, sweeps=True, seeds=[0],
+    )  # fmt: skip
+    ran = [r for r in report.results if r.status != "skip"]  # it takes no mask
+    by = {(r.shape["vocab"], r.attributes.get("temperature", 1.0)): r.status for r in ran}
+    assert by[(257, 0.7)] == by[(257, 1.3)] == by[(10000, 1.0)] == "pass"
+    assert by[(10000, 0.7)] == by[(10000, 1.3)] == "fail"

@@ -110,7 +110,9 @@ class CaseContext:
         wrt: tuple[str, ...] | None = None,
     ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
         """Forward with grad, then ``autograd.grad`` w.r.t. the op's grad inputs (``wrt``:
-        only these require grad, the others are frozen, as a LoRA model's base weights)."""
+        only these require grad, the others are frozen, as a LoRA model's base weights).
+        An upstream of None leaves that output out of the loss: its gradient reaches the
+        backward as None (a KL-free loss never uses ratio_kl's kl)."""
         args = dict(inputs)
         names = tuple(self.op.grad_inputs) if wrt is None else wrt
         for name in names:
@@ -119,20 +121,23 @@ class CaseContext:
             with torch.enable_grad(), self.clock.phase("candidate"), poisoned_allocations():
                 outs = self.outputs_list(self.fn(**args))
                 for i, (o, u) in enumerate(zip(outs, upstream)):
-                    if tuple(o.shape) != tuple(u.shape):
+                    if u is not None and tuple(o.shape) != tuple(u.shape):
                         raise WrongOutput(
                             f"output {self.op.outputs[i].name!r} shape {tuple(o.shape)} != "
                             f"expected {tuple(u.shape)}"
                         )
-                handed = [handed_copy(u, o.device, o.dtype) for u, o in zip(upstream, outs)]
+                used = [i for i, u in enumerate(upstream) if u is not None]
+                handed = [handed_copy(upstream[i], outs[i].device, outs[i].dtype) for i in used]
                 grads = torch.autograd.grad(
-                    outs, [args[n] for n in names], handed, allow_unused=True
+                    [outs[i] for i in used], [args[n] for n in names], handed, allow_unused=True
                 )
         except CandidateFault:
             raise
         except Exception as exc:
             raise candidate_fault(exc, "candidate backward raised") from None
-        self._note_upstream_writes(upstream, handed, outs)
+        self._note_upstream_writes(
+            [upstream[i] for i in used], handed, [outs[i] for i in used], used
+        )
         result = {}
         for name, g in zip(names, grads):
             if g is None:
@@ -140,10 +145,10 @@ class CaseContext:
             result[name] = g.detach()
         return [o.detach() for o in outs], result
 
-    def _note_upstream_writes(self, upstream: list, handed: list, outs: list) -> None:
+    def _note_upstream_writes(self, upstream: list, handed: list, outs: list, index) -> None:
         """Record each upstream gradient the backward changed (bits of the tensor handed
-        over against its source, both in the handed dtype)."""
-        for i, (u, h, o) in enumerate(zip(upstream, handed, outs)):
+        over against its source, both in the handed dtype); ``index``: their outputs."""
+        for i, u, h, o in zip(index, upstream, handed, outs):
             changed = changed_elements(u.to(o.dtype), h.detach())
             if changed:
                 name = self.op.outputs[i].name

@@ -68,6 +68,7 @@ class Contract(Check):
             self._empty,
             self._strided,
             self._strided_upstream,
+            self._unused_outputs,
         )
         for part in probes:
             probe = part.__name__.strip("_")
@@ -320,10 +321,13 @@ class Contract(Check):
         problem = f"{label}: gradient {{}} differs from the contiguous copy's"
         self._same_gradients(problem, got, want)
 
-    def _same_gradients(self, problem: str, got: dict, want: dict) -> None:
-        """A problem (``problem`` formatted with the name) per gradient whose bits differ."""
+    def _same_gradients(self, problem: str, got: dict, want: dict, zeros_signed=True) -> None:
+        """A problem (``problem`` formatted with the name) per gradient whose bits differ
+        (``zeros_signed=False``: +0.0 and -0.0 count as one value)."""
         for name in want:
             g, w = got[name].detach().cpu(), want[name].detach().cpu()
+            if not zeros_signed and g.shape == w.shape:
+                g = torch.where((g == 0) & (w == 0), w, g)  # x + 0 * y is -0 for x = -0
             if g.shape != w.shape or not bool((bits(g) == bits(w)).all()):
                 detail = "shape differs" if g.shape != w.shape else first_bit_difference(g, w)
                 self.problems.append(f"{problem.format(repr(name))}: {detail}")
@@ -352,6 +356,31 @@ class Contract(Check):
             self._same_gradients(problem, got, want)
         if len(self.problems) == before:
             self.passed.append("non-contiguous upstream == contiguous")
+
+    def _unused_outputs(self, trial: Trial) -> None:
+        """With several outputs, a loss that uses one alone (a KL-free PPO loss never
+        touches ratio_kl's kl): the backward gets None for the others and must give the
+        bits it gives with their upstream 0. A fused backward that assumes every output's
+        gradient raises or misreads there. Signed zeros aside: ``g * a + 0 * b`` is a
+        zero of either sign where ``g * a`` is 0."""
+        outputs = self.ctx.op.outputs
+        if not self.ctx.grad or len(outputs) < 2:
+            return
+        head, lead = self._head(trial)
+        ups = self.ctx.upstream(trial.seed, lead)
+        before = len(self.problems)
+        for k, out in enumerate(outputs):
+            alone = [u if i == k else None for i, u in enumerate(ups)]
+            zeros = [u if i == k else torch.zeros_like(u) for i, u in enumerate(ups)]
+            _, got = self.ctx.call_backward(self.ctx.to_device(head), alone)
+            _, want = self.ctx.call_backward(self.ctx.to_device(head), zeros)
+            problem = (
+                f"only {out.name!r} used (the other outputs' upstream None): gradient {{}} "
+                "differs from the one their upstream 0 gives"
+            )
+            self._same_gradients(problem, got, want, zeros_signed=False)
+        if len(self.problems) == before:
+            self.passed.append("one output used alone == the others' upstream 0")
 
     def _broadcast_upstreams(self, trial: Trial, head: dict) -> list:
         """The head's rows as a ``(2, m)`` lead with upstreams broadcast over one dim: one

@@ -10,9 +10,10 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   times before the tail, in one tile) and at ``TILED_BASE + r`` (24,576 = 3 x 8,192:
   rows of several tiles of any power-of-two size up to 8,192, whose last tile holds
   exactly r elements; a kernel's tiled path has a tail of its own), at 1..16 (the body
-  never runs), and next to each power of two up to 2^17 (2^k - 1, 2^k, 2^k + 1: one tile
-  and one index width short, exact, one over); the other inner dims at the op's
-  defaults;
+  never runs), next to each power of two up to 2^17 (2^k - 1, 2^k, 2^k + 1: one tile
+  and one index width short, exact, one over) and, for a vocabulary, at real models'
+  vocabularies up to Gemma 3's 262,208 (a table of 64 tiles of 4,096 ends at 2^18); the
+  other inner dims at the op's defaults;
 - one lead of ``LONG_ROWS`` (65,537) rows at the op's default inner sizes (the widest at
   most 257: 2^24 elements in all): one grid dimension of 65,535 blocks, 16-bit row counts, and
   chunked passes over many rows. Its inputs and gold are shared by the run's candidates
@@ -49,6 +50,12 @@ TILED_BASE = 3 * 8192  # several tiles of every power-of-two size up to 8,192
 RESIDUES = 64
 SMALL_SIZES = 16
 MAX_POWER = 17
+# a dim named "vocab" also at real models' vocabularies: Llama 2, GPT-2, Llama 3, Qwen2/3,
+# Qwen2.5, Gemma, and Gemma 3's (262,144 and its embedding's 262,208 = 2^18 + 64: a table
+# of 64 tiles of 4,096 columns ends at 2^18). Not other dims: a plain fp32 matmul over a
+# 2^18 hidden dim errs past linear_logp's contract, and no model is that wide.
+VOCAB_DIM = "vocab"
+MODEL_VOCABS = (32_000, 50_257, 128_256, 151_936, 152_064, 256_000, 262_144, 262_208)
 LONG_ROWS = 65_537
 LONG_INNER = 257  # the long lead's inner sizes at most (65,537 x 257 > 2^24)
 OTHER_INNER = 16  # the inner dims not swept, at most
@@ -59,10 +66,11 @@ JUDGES: tuple[type[Check], ...] = (ForwardAccuracy, BackwardAccuracy)
 SWEEP_PARAMS = {BackwardAccuracy.name: {"frozen_inputs": False}}
 
 
-def sweep_sizes() -> list[int]:
+def sweep_sizes(dim: str = "") -> list[int]:
     """The reduced-dim sizes, ascending: 1..16, every residue mod 64 past SWEEP_BASE and
-    past TILED_BASE, and 2^k - 1, 2^k, 2^k + 1 for k = 1..MAX_POWER."""
-    sizes = set(range(1, SMALL_SIZES + 1))
+    past TILED_BASE, 2^k - 1, 2^k, 2^k + 1 for k = 1..MAX_POWER; MODEL_VOCABS too for
+    ``dim`` VOCAB_DIM."""
+    sizes = set(range(1, SMALL_SIZES + 1)) | (set(MODEL_VOCABS) if dim == VOCAB_DIM else set())
     sizes |= {base + r for base in (SWEEP_BASE, TILED_BASE) for r in range(RESIDUES)}
     for k in range(1, MAX_POWER + 1):
         sizes |= {2**k - 1, 2**k, 2**k + 1}
@@ -98,7 +106,7 @@ def sweep_shapes(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
     shapes = []
     for dim in swept_dims(op):
         others = {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
-        for size in sweep_sizes():
+        for size in sweep_sizes(dim):
             shapes.append((f"{dim}={size}", {**lead_sizes(op, rows), **others, dim: size}))
     if op.lead:
         widest = max(inner, key=inner.get) if inner else None
@@ -118,7 +126,8 @@ class ShapeSweep(Check):
     shrinkable = False  # it never depends on the case's own shape: the message names one
     summary = (
         "forward and backward within the contract tolerance at tail sizes: every residue "
-        "mod 64 in one tile and past several, 2^k-1/2^k/2^k+1 up to 2^17, and 65,537 rows"
+        "mod 64 in one tile and past several, 2^k-1/2^k/2^k+1 up to 2^17, real models' "
+        "vocabularies up to 262,208, and 65,537 rows"
     )
 
     def __init__(self, ctx, params=None):

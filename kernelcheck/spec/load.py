@@ -407,7 +407,7 @@ def _parse_attributes(table: dict, path: Path) -> tuple[dict[str, tuple], dict[s
     with every shape) or ``temperature = { default = 1.0, sweep = [0.7, 1.3] }``: the
     default run also checks each sweep value, one attribute at a time, the others at
     their defaults, and each pair of swept attributes at their first sweep values (on
-    the grid's first shape: ``api.attribute_sets``).
+    the grid's first shape and its longest row up to 2^14: ``api.sweep_shapes``).
     """
     values_of, sweeps = {}, {}
     for name, value in table.items():

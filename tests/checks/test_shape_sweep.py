@@ -21,6 +21,8 @@ def test_the_sizes_cover_every_residue_and_every_power_of_two_edge():
     assert all(s // 8192 == 3 for s in tiled)
     for k in range(1, 18):
         assert {2**k - 1, 2**k, 2**k + 1} <= set(sizes)
+    assert not {32000, 262208} & set(sizes)  # real vocabularies: a vocab dim's alone
+    assert {32000, 128256, 151936, 262144, 262208} <= set(sweep_sizes("vocab"))
     assert 65537 in sizes  # just past 16-bit indices
     assert set(range(1, 17)) <= set(sizes)
 
@@ -37,7 +39,11 @@ def test_every_op_gets_its_reduced_dims_swept_and_a_long_lead(catalog):
 
 @pytest.mark.parametrize(
     ("bug", "where"),
-    [("vector_tail_of_one", "vocab="), ("stale_rows_past_65535", f"{LONG_ROWS} rows")],
+    [
+        ("vector_tail_of_one", "vocab="),
+        ("stale_rows_past_65535", f"{LONG_ROWS} rows"),
+        ("fixed_tile_table", "vocab=262208"),  # Gemma 3's: 64 columns past 2^18
+    ],
 )
 def test_a_kernel_wrong_only_on_a_tail_fails_and_its_shape_reruns(catalog, bug, where):
     cat = with_candidate(catalog, "bug", f"scale_bugs:{bug}")
@@ -89,7 +95,7 @@ def test_the_planted_tile_bugs_honest_control_passes(catalog):
 def test_honest_candidates_pass_the_sweep(catalog, candidate):
     res = run_small(catalog, candidate, ["shape_sweep"], seeds=[0])["shape_sweep"]
     assert res.status == "pass", res.message
-    assert res.metrics["shapes"] == len(sweep_sizes()) + 1
+    assert res.metrics["shapes"] == len(sweep_sizes("vocab")) + 1  # logp sweeps its vocab
 
 
 def test_the_sweep_runs_once_per_candidate_dtype_and_attributes(catalog):

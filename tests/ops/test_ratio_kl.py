@@ -35,6 +35,7 @@ def test_the_shipped_spec_passes_the_honest_candidate(catalog):
 PLANTED_BUGS = [
     ("masked-not-neutral", "ratio: masked position"),
     ("clamps-ids", "action_ids=-1 at an active position (attention_mask true) did not raise"),
+    ("every-grad-assumed", "unused_outputs: candidate backward raised"),
 ]
 
 
