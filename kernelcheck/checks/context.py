@@ -106,13 +106,15 @@ class CaseContext:
     def call_backward(
         self,
         inputs: dict[str, torch.Tensor],
-        upstream: list[torch.Tensor],
+        upstream: list[torch.Tensor | None],
         wrt: tuple[str, ...] | None = None,
+        missing_ok: bool = False,
     ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
         """Forward with grad, then ``autograd.grad`` w.r.t. the op's grad inputs (``wrt``:
         only these require grad, the others are frozen, as a LoRA model's base weights).
         An upstream of None leaves that output out of the loss: its gradient reaches the
-        backward as None (a KL-free loss never uses ratio_kl's kl)."""
+        backward as None (a KL-free loss never uses ratio_kl's kl); ``missing_ok``: a grad
+        input that no used output reaches gets zeros, not a fault."""
         args = dict(inputs)
         names = tuple(self.op.grad_inputs) if wrt is None else wrt
         for name in names:
@@ -140,6 +142,8 @@ class CaseContext:
         )
         result = {}
         for name, g in zip(names, grads):
+            if g is None and missing_ok:
+                g = torch.zeros_like(args[name])
             if g is None:
                 raise CandidateFault(f"candidate backward gave no gradient for {name!r}")
             result[name] = g.detach()

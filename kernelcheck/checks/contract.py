@@ -328,6 +328,7 @@ class Contract(Check):
             g, w = got[name].detach().cpu(), want[name].detach().cpu()
             if not zeros_signed and g.shape == w.shape:
                 g = torch.where((g == 0) & (w == 0), w, g)  # x + 0 * y is -0 for x = -0
+                g = torch.where(torch.isfinite(w), g, w)  # 0 * inf is NaN: the zeros' doing
             if g.shape != w.shape or not bool((bits(g) == bits(w)).all()):
                 detail = "shape differs" if g.shape != w.shape else first_bit_difference(g, w)
                 self.problems.append(f"{problem.format(repr(name))}: {detail}")
@@ -361,8 +362,9 @@ class Contract(Check):
         """With several outputs, a loss that uses one alone (a KL-free PPO loss never
         touches ratio_kl's kl): the backward gets None for the others and must give the
         bits it gives with their upstream 0. A fused backward that assumes every output's
-        gradient raises or misreads there. Signed zeros aside: ``g * a + 0 * b`` is a
-        zero of either sign where ``g * a`` is 0."""
+        gradient raises or misreads there. Signed zeros aside (``g * a + 0 * b`` is a
+        zero of either sign where ``g * a`` is 0), and where the zeros give NaN (0 * inf);
+        a grad input the used output does not reach gets a zero gradient, as with zeros."""
         outputs = self.ctx.op.outputs
         if not self.ctx.grad or len(outputs) < 2:
             return
@@ -372,7 +374,7 @@ class Contract(Check):
         for k, out in enumerate(outputs):
             alone = [u if i == k else None for i, u in enumerate(ups)]
             zeros = [u if i == k else torch.zeros_like(u) for i, u in enumerate(ups)]
-            _, got = self.ctx.call_backward(self.ctx.to_device(head), alone)
+            _, got = self.ctx.call_backward(self.ctx.to_device(head), alone, missing_ok=True)
             _, want = self.ctx.call_backward(self.ctx.to_device(head), zeros)
             problem = (
                 f"only {out.name!r} used (the other outputs' upstream None): gradient {{}} "
@@ -398,8 +400,9 @@ class Contract(Check):
             for s in op.inputs
         }  # fmt: skip
         ups = [u.to(self.ctx.device) for u in self.ctx.upstream(trial.seed, lead)]
-        last = [u[:, :1].expand_as(u) if u.dim() >= 2 else u for u in ups]
-        first = [u[:1].expand_as(u) if u.dim() >= 2 else u for u in ups]
+        # the very layouts autograd hands: (lp.sum(-1) * adv)'s strides are (1, 0)
+        last = [u[:, 0].contiguous()[:, None].expand_as(u) if u.dim() >= 2 else u for u in ups]
+        first = [u[0].contiguous()[None].expand_as(u) if u.dim() >= 2 else u for u in ups]
         return [
             ("upstream broadcast over the last dim", two, last),
             ("upstream broadcast over the first dim", two, first),

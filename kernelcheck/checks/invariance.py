@@ -12,10 +12,10 @@ each of these layouts:
   least 2, whatever the case's own count): rows at other positions, in small batches, at
   other address alignments, with another thread count than alone;
 - ``one batch``: the R rows, each several times over, in one batch of ``big_rows``
-  (4,096) rows, or at long rows of as many as hold ``big_elements`` (80M, 320 MiB of
-  fp32: 553 rows at the Qwen3 vocab), with a 3-D lead shape (``lead_3d``) when it
-  factors: the scale where a kernel switches strategy (split reductions, another block
-  count, a size threshold);
+  (16,384: an RL micro-batch of 8k-16k tokens) rows, or at long rows of as many as hold
+  ``big_elements`` (80M, 320 MiB of fp32: 553 rows at the Qwen3 vocab), with a 3-D lead
+  shape (``lead_3d``) when it factors: the scale where a kernel switches strategy (split
+  reductions, another block count, a size threshold);
 - ``own batch``: up to ``own_rows`` rows of the case's own trial, whose batch call the
   accuracy checks made, against the same rows alone: the case's real shape. A case whose
   pool an earlier case of the plan judges (``Case.pool_judged_in``: only the lead shape
@@ -130,7 +130,7 @@ class _Invariance(Check):
         "max_seeds": 1,
         "lead_3d": True,
         "misaligned": True,
-        "big_rows": 4096,
+        "big_rows": 16384,
         "big_elements": 5 << 24,
         "own_rows": 32,
     }
@@ -179,7 +179,7 @@ class _Invariance(Check):
         return max(1, min(want, POOL_BYTES // self._row_bytes(8)))
 
     def big_rows(self, rows: int) -> int:
-        """The one batch's rows: ``big_rows`` (4,096), fewer at long rows, as many as hold
+        """The one batch's rows: ``big_rows`` (16,384), fewer at long rows, as many as hold
         ``big_elements`` (80M: 320 MiB of fp32, past the 256 MiB where kernels commonly
         switch strategy), within POOL_BYTES of inputs; never fewer than the R rows."""
         itemsize = dtypes.torch_dtype(self.ctx.case.dtype).itemsize

@@ -19,7 +19,8 @@ def gold(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _softmax_parts(logits: torch.Tensor):
-    """``p = softmax(x)``, ``log p`` (0 where ``p`` is: a masked entry) and ``H``, in
+    """``p = softmax(x)``, ``log p`` (``-log s`` where ``p`` is 0: a masked entry, whose
+    terms every caller multiplies by ``p``) and ``H``, in
     ``logits``' precision, from ``d = x - max`` and ``s = sum(exp(d))``:
     ``log p = d - log s`` and ``H = log s - sum(p * d)``."""
     d = logits - logits.amax(dim=-1, keepdim=True)

@@ -182,3 +182,13 @@ def test_the_error_with_the_scale_out_is_at_most_twice_the_plain_error():
     _, scaled = _judged(x, gold)
     plain = (x - gold).abs().sum(1)
     assert bool((scaled <= 2 * plain * (1 + 1e-12)).all())
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_a_bf16_logsumexp_fails_in_16_bits_despite_the_flip_allowance(planted, dtype):
+    """The 16-bit index column's limit allows one rounding flip (in the row where it weighs
+    most), not one in every row: a logsumexp kept in bf16 still fails far over it."""
+    shape = {"batch": 2, "seq": 16, "vocab": 257}
+    (res,) = _results(planted, "logp", ["bf16_logsumexp"], dtype, shape, seeds=[0])
+    assert res.status == "fail" and res.metrics["ratio"] > 10, res.message
+    assert 0 < res.tolerance.get("flip_allowance", 0) < res.tolerance["limit"]

@@ -1,4 +1,4 @@
-"""The invariance layouts reach where strategies switch: a batch of 4,096 rows, odd batch
+"""The invariance layouts reach where strategies switch: a batch of 16,384 rows, odd batch
 sizes, another thread count, the case's own batch (planted bugs in
 tests/fixtures/scale_bugs.py), and the honest candidates pass them all."""
 
@@ -22,7 +22,8 @@ def _run(catalog, bug: str, checks=CHECKS, **kw):
 @pytest.mark.parametrize(
     "bug,layout",
     [
-        ("switches_order_past_many_rows", "one batch of 4096"),
+        ("switches_order_past_many_rows", "one batch of 16384"),
+        ("switches_order_past_4096_rows", "one batch of 16384"),
         ("differs_in_batches_of_3", "batches of 2/3/4/5/7/16"),
         ("follows_thread_count", "thread"),
         ("differs_at_the_case_shape", "own batch of 32"),
@@ -51,7 +52,7 @@ def test_a_row_split_over_threads_when_alone_fails(catalog, threads):
 def test_a_switch_past_many_rows_fails_backward_too(catalog):
     res = _run(catalog, "switches_order_past_many_rows", ["backward_invariance"])
     assert res["backward_invariance"].status == "fail"
-    assert "one batch of 4096" in res["backward_invariance"].message
+    assert "one batch of 16384" in res["backward_invariance"].message
 
 
 @pytest.mark.parametrize("candidate", ["torch", "cpu"])
@@ -60,11 +61,11 @@ def test_honest_candidates_pass_every_layout(catalog, candidate):
     for r in res.values():
         assert r.status == "pass", r.message
         layouts = [label for label, _ in r.plots["invariance"].items()]
-        assert any(label.startswith("one batch of 4096") for label in layouts), layouts
+        assert any(label.startswith("one batch of 16384") for label in layouts), layouts
         assert any(label.startswith("own batch of 32") for label in layouts), layouts
         assert any(all(f"/{n}" in label for n in ODD_SIZES) for label in layouts), layouts
-        # 300 rows in small batches, 4,096 placements of them in one batch, 32 of the case's
-        assert r.metrics["comparisons"] == 300 + 4096 + 32
+        # 300 rows in small batches, 16,384 placements of them in one batch, 32 of the case's
+        assert r.metrics["comparisons"] == 300 + 16384 + 32
 
 
 def test_alone_runs_at_two_threads_or_more_and_half_the_batches_at_one():
@@ -74,9 +75,9 @@ def test_alone_runs_at_two_threads_or_more_and_half_the_batches_at_one():
 
 @pytest.mark.parametrize(("dtype", "itemsize"), [("fp32", 4), ("bf16", 2)])
 def test_the_big_batch_stays_within_its_byte_budget(catalog, dtype, itemsize):
-    """At the Qwen3 vocab 4,096 rows would be 2.5 GB in fp32: the batch holds 80M
+    """At the Qwen3 vocab 16,384 rows would be 10 GB in fp32: the batch holds 80M
     elements, past 256 MiB of fp32 (a common switch point); at a small vocab it holds
-    4,096."""
+    16,384 (an RL micro-batch of 8k-16k tokens)."""
     from kernelcheck.cases.grid import Case
     from kernelcheck.checks.context import CaseContext
     from kernelcheck.checks.invariance import ForwardInvariance
@@ -89,7 +90,8 @@ def test_the_big_batch_stays_within_its_byte_budget(catalog, dtype, itemsize):
 
     big = rows_at(151936)
     assert big == 553 and 256 << 20 < big * 151936 * 4
-    assert rows_at(257) == 4096
+    assert rows_at(257) == 16384
+    assert 8000 < rows_at(10000) < 8400  # as many as hold 80M elements
 
 
 def test_a_second_shape_of_the_same_rows_judges_its_own_batch_only(catalog):

@@ -69,14 +69,18 @@ HAND_WRITTEN = {
 @pytest.mark.parametrize("name", HAND_WRITTEN)
 def test_backward_precision_on_hand_written_backwards(catalog, name):
     cat = with_op_candidate(catalog, "entropy", name, f"broken_entropy:{name}")
-    report = api.run(cat, "entropy", candidate_names=[name], dtype_names="fp32",
-                     check_names=["backward_precision"], isolate=False, seeds=[0, 1])  # fmt: skip
-    statuses = {r.status for r in report.results}
+    results = []
+    for shape in catalog.ops["entropy"].grid.shapes[:3]:  # the Qwen3 vocab's is slow
+        report = api.run(cat, "entropy", candidate_names=[name], dtype_names="fp32",
+                         shape=dict(shape), check_names=["backward_precision"], isolate=False,
+                         seeds=[0, 1])  # fmt: skip
+        results += report.results
+    statuses = {r.status for r in results}
     if HAND_WRITTEN[name] == "pass":
-        assert statuses == {"pass"}, [r.message for r in report.results if r.status != "pass"]
+        assert statuses == {"pass"}, [r.message for r in results if r.status != "pass"]
     else:
         assert "fail" in statuses
-        failed = next(r for r in report.results if r.status == "fail")
+        failed = next(r for r in results if r.status == "fail")
         assert failed.metrics["ratio"] > 10, failed.message
 
 
