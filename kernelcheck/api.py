@@ -171,7 +171,7 @@ def plan(
         not_planned={
             **_not_planned(spec, dts),
             **_in_range_gaps(spec, runnable),
-            **_sweep_gaps(spec, dts, checks, sweeps and not attributes),
+            **_sweep_gaps(spec, dts, checks, sweeps and not attributes, shapes),
         },
     )  # fmt: skip
 
@@ -299,11 +299,11 @@ def swept_at_first_dtype(checks: Iterable[str]) -> list[str]:
     return [n for n in checks if CHECKS[n].sweep_first_dtype_only]
 
 
-def _sweep_gaps(spec: OpSpec, dts: list[str], checks: list[str], sweeps: bool) -> dict[str, str]:
-    """What the attribute sweeps leave to the first dtype (:func:`swept_at_first_dtype`),
-    for the summary's list of what was not checked."""
+def _sweep_gaps(spec: OpSpec, dts, checks, sweeps: bool, shapes: list) -> dict[str, str]:
+    """What the attribute sweeps leave to the first dtype (:func:`swept_at_first_dtype`)
+    and to the first shape, for the summary's list of what was not checked."""
     left = swept_at_first_dtype(checks)
-    if not (sweeps and spec.attribute_sweeps and left and len(dts) > 1):
+    if not (sweeps and spec.attribute_sweeps and left):
         return {}
     defaults = {n: v[0] for n, v in spec.attributes.items()}
     values = ", ".join(  # each sweep set by its values off the defaults, as it was planned
@@ -311,9 +311,19 @@ def _sweep_gaps(spec: OpSpec, dts: list[str], checks: list[str], sweeps: bool) -
         for a in attribute_sets(spec, {})
         if a.sweep
     )
-    what = f"{', '.join(left)} at {values} for {', '.join(dts[1:])}"
-    why = f"attribute sweeps judge bitwise invariance at {dts[0]}; every dtype at the defaults"
-    return {what: why}
+    gaps = {}
+    if len(dts) > 1:
+        what = f"{', '.join(left)} at {values} for {', '.join(dts[1:])}"
+        gaps[what] = (
+            f"attribute sweeps judge bitwise invariance at {dts[0]}; every dtype at the defaults"
+        )
+    for k in sweep_shapes(spec, shapes)[1:]:
+        size = "x".join(str(v) for v in shapes[k].values())
+        gaps[f"{', '.join(left)} at {values} at {size}"] = (
+            "the sweeps' long-row shape judges an attribute across tiles (accuracy, precision, "
+            "contract); its invariance is judged at the first shape and at the defaults here"
+        )
+    return gaps
 
 
 SWEEP_LONG_ROW = 1 << 14  # the longest row an attribute sweep's second shape may have
@@ -341,9 +351,10 @@ def sweep_shapes(spec: OpSpec, shapes: list[dict[str, int]]) -> list[int]:
 def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sweeps) -> list[Case]:
     """The plan's cases: every (shape, dtype, attribute set, candidate), the candidates of
     one (dtype, shape, attributes) one after another (they share trials). The attribute
-    sweeps run on the shapes :func:`sweep_shapes` picks (every check, at a fraction of the
-    time of the whole grid); ``shape_sweep`` once per (candidate, dtype), in the first
-    shape's case at the defaults. Without ``sweeps`` (the API default; the CLI and the
+    sweeps run on the shapes :func:`sweep_shapes` picks (every check on the first, all
+    but invariance on the long-row one: the attribute's numerics across tiles; a fraction
+    of the time of the whole grid); ``shape_sweep`` once per (candidate, dtype), in the
+    first shape's case at the defaults. Without ``sweeps`` (the API default; the CLI and the
     pytest plugin sweep, as the default run does) the attribute sweeps are left out."""
     sets = [a for a in attribute_sets(spec, overrides) if sweeps or not a.sweep]
     swept = tuple(spec.attribute_sweeps) if not overrides else ()
@@ -354,7 +365,7 @@ def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sw
     for (k, s), d in itertools.product(enumerate(shapes), dts):
         for a, c in itertools.product([a for a in sets if k in at or not a.sweep], runnable):
             own = tuple(n for n in checks if n != "shape_sweep" or (k == 0 and not a.sweep))
-            if a.sweep and d != dts[0]:
+            if a.sweep and (d != dts[0] or k != 0):  # invariance: first dtype, first shape
                 own = tuple(n for n in own if n not in swept_at_first_dtype(own))
             if not own:
                 continue

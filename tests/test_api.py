@@ -47,13 +47,19 @@ def test_sweeps_judge_invariance_at_the_first_dtype_and_say_so(catalog):
         sweeps=True,
     )  # fmt: skip
     swept = [c for c in plan.cases if "temperature" in c.id or "with_mask" in c.id]
-    at_first = {c.dtype: "forward_invariance" in c.checks for c in swept}
+    first = [c for c in swept if c.shape == swept[0].shape]
+    at_first = {c.dtype: "forward_invariance" in c.checks for c in first}
     assert at_first == {"fp32": True, "bf16": False}
     assert all("forward_accuracy" in c.checks for c in swept)  # every other check per dtype
     defaults = [c for c in plan.cases if c.dtype == "bf16" and not c.shown]
     assert defaults and all("backward_invariance" in c.checks for c in defaults)
-    (what,) = [w for w in plan.not_planned if "invariance" in w]
+    (what,) = [w for w in plan.not_planned if "invariance" in w and "for bf16" in w]
     assert "temperature=0.7" in what and what.endswith("for bf16")
+    # the long-row sweep shape judges numerics: its invariance is the first shape's
+    (long,) = [w for w in plan.not_planned if w.endswith("at 2x3x10000")]
+    assert long.startswith("forward_invariance, backward_invariance at temperature=0.7")
+    swept_long = [c for c in swept if dict(c.shape)["vocab"] == 10000]
+    assert swept_long and not any("forward_invariance" in c.checks for c in swept_long)
     pinned = api.plan(
         catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32,bf16",
         sweeps=True, attributes={"temperature": 0.7},

@@ -50,12 +50,13 @@ TILED_BASE = 3 * 8192  # several tiles of every power-of-two size up to 8,192
 RESIDUES = 64
 SMALL_SIZES = 16
 MAX_POWER = 17
-# a dim named "vocab" also at real models' vocabularies: Llama 2, GPT-2, Llama 3, Qwen2/3,
-# Qwen2.5, Gemma, and Gemma 3's (262,144 and its embedding's 262,208 = 2^18 + 64: a table
-# of 64 tiles of 4,096 columns ends at 2^18). Not other dims: a plain fp32 matmul over a
-# 2^18 hidden dim errs past linear_logp's contract, and no model is that wide.
+# a dim named "vocab" also at real models' vocabularies: Llama 2, GPT-2, Llama 3, and
+# Gemma 3's (262,144 and its embedding's 262,208 = 2^18 + 64: a table of 64 tiles of
+# 4,096 columns ends at 2^18; Qwen's 151,936 is logp's grid's own). Not other dims: a
+# plain fp32 matmul over a 2^18 hidden dim errs past linear_logp's contract, and no
+# model is that wide.
 VOCAB_DIM = "vocab"
-MODEL_VOCABS = (32_000, 50_257, 128_256, 151_936, 152_064, 256_000, 262_144, 262_208)
+MODEL_VOCABS = (32_000, 50_257, 128_256, 262_144, 262_208)
 LONG_ROWS = 65_537
 LONG_INNER = 257  # the long lead's inner sizes at most (65,537 x 257 > 2^24)
 OTHER_INNER = 16  # the inner dims not swept, at most
