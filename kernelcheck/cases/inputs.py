@@ -385,10 +385,10 @@ def masked_runs(mask: torch.Tensor, first: int, selected: list[torch.Tensor]) ->
     """Rows ``[n, V]`` of ``mask`` (scattered) in three patterns, row r's by
     ``(first + r) % 3``: scattered as they are; the first half of the row masked in one
     run (column 0 and, from V = 4, 1; a kernel's first tile, a first thread's share), the
-    column after it kept; the last half
-    (a padded vocab's tail, the last tile). A run never covers a selected entry: it
-    takes the other half then. A kernel whose partial maximum of a fully masked block is
-    -inf computes exp(-inf - -inf) = NaN there; scattered masks never fill a block."""
+    column after it kept; the last half (a padded vocab's tail, the last tile). A run
+    never covers a selected entry: it takes the other half then. A kernel whose partial
+    maximum of a fully masked block is -inf computes exp(-inf - -inf) = NaN there;
+    scattered masks never fill a block."""
     n, width = mask.shape
     half = width // 2
     if not half:

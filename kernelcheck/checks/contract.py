@@ -348,7 +348,7 @@ class Contract(Check):
         expanded = [u.reshape(-1)[:1].reshape((1,) * u.dim()).expand_as(u) for u in ups]
         strided = [torch.stack([u, torch.full_like(u, math.nan)], dim=-1)[..., 0] for u in ups]
         layouts = [("expanded upstream", head, expanded), ("strided upstream", head, strided)]
-        layouts += self._broadcast_upstreams(trial, head)
+        layouts += self._broadcast_upstreams(trial, head, lead[0])
         for label, inputs, views in layouts:
             _, got = self.ctx.call_backward(self.ctx.to_device(inputs), views)
             copies = [v.contiguous() for v in views]
@@ -384,12 +384,12 @@ class Contract(Check):
         if len(self.problems) == before:
             self.passed.append("one output used alone == the others' upstream 0")
 
-    def _broadcast_upstreams(self, trial: Trial, head: dict) -> list:
-        """The head's rows as a ``(2, m)`` lead with upstreams broadcast over one dim: one
-        value per sequence, strides (1, 0), as a sequence-level loss gives ((lp.sum(-1) *
-        advantage).mean()), and one per position shared by the batch, strides (0, 1)."""
+    def _broadcast_upstreams(self, trial: Trial, head: dict, rows: int) -> list:
+        """The head's ``rows`` rows as a ``(2, m)`` lead with upstreams broadcast over one
+        dim: one value per sequence, strides (1, 0), as a sequence-level loss gives
+        ((lp.sum(-1) * advantage).mean()), and one per position shared by the batch,
+        strides (0, 1)."""
         op = self.ctx.op
-        rows = next((t.shape[0] for s in op.inputs if op.is_row_wise(s) for t in [head[s.name]]), 0)
         m = rows // 2
         if m < 2:
             return []

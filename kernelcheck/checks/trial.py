@@ -155,16 +155,17 @@ class Trial(TrialMemory, InputWriteDetector):
         # the backward's run stores them beside the gradients: never judge none in silence
         raise RuntimeError("trial grad_outputs were never stored: the backward call did not run")
 
-    def gold_grad_chunks(self):
-        """The float64 gold gradient, chunk by chunk (timed as ``gold``)."""
-        inputs, ups = self.cpu_inputs, self.upstream
+    def gold_grad_chunks(self, backward: Callable | None = None):
+        """The float64 gold gradient, chunk by chunk (timed as ``gold``); ``backward``:
+        another float64 function of the upstream and inputs, in the very same chunks
+        (default the op's analytic ``gold_backward``, else autograd of the gold)."""
         chunks = gold.backward_chunks(
             self.ctx.op,
             self.ctx.gold_fn,
-            inputs,
-            ups,
+            self.cpu_inputs,
+            self.upstream,
             self.ctx.lead,
-            self.ctx.gold_backward_fn,
+            backward or self.ctx.gold_backward_fn,
             device=gold.gold_device(self.ctx.case.device),
         )
         return self._timed(chunks)
@@ -182,18 +183,7 @@ class Trial(TrialMemory, InputWriteDetector):
         """The op's ``gradient_scale`` (``backward_precision``'s yardstick) in the gold's
         very chunks, or None where the op has none (the yardstick is then |gold|)."""
         fn = self.ctx.gradient_scale_fn
-        if fn is None:
-            return None
-        chunks = gold.backward_chunks(
-            self.ctx.op,
-            self.ctx.gold_fn,
-            self.cpu_inputs,
-            self.upstream,
-            self.ctx.lead,
-            fn,
-            device=gold.gold_device(self.ctx.case.device),
-        )
-        return self._timed(chunks)
+        return None if fn is None else self.gold_grad_chunks(fn)
 
     def reference_grad_chunks(self):
         """The honest fp32 reference's gradient (autograd of ``ctx.reference_fn`` on the

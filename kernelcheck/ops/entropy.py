@@ -19,16 +19,15 @@ def gold(logits: torch.Tensor) -> torch.Tensor:
 
 
 def _softmax_parts(logits: torch.Tensor):
-    """``p = softmax(x)``, ``log p`` (``-log s`` where ``p`` is 0: a masked entry, whose
-    terms every caller multiplies by ``p``) and ``H``, in
-    ``logits``' precision, from ``d = x - max`` and ``s = sum(exp(d))``:
-    ``log p = d - log s`` and ``H = log s - sum(p * d)``."""
+    """``p = softmax(x)``, ``d = x - max`` (0 where ``p`` is: a masked entry, whose terms
+    every caller multiplies by ``p``), ``log s`` (``s = sum(exp(d))``) and ``sum(p * d)``,
+    in ``logits``' precision: ``log p = d - log s``, ``H = log s - sum(p * d)``."""
     d = logits - logits.amax(dim=-1, keepdim=True)
     p = torch.exp(d)
     log_s = p.sum(dim=-1, keepdim=True).log_()
     p.div_(log_s.exp())
     d = torch.where(p > 0, d, torch.zeros_like(d))
-    return p, d - log_s, log_s - (p * d).sum(dim=-1, keepdim=True)
+    return p, d, log_s, (p * d).sum(dim=-1, keepdim=True)
 
 
 def gold_backward(upstream: list[torch.Tensor], logits: torch.Tensor):
@@ -37,9 +36,8 @@ def gold_backward(upstream: list[torch.Tensor], logits: torch.Tensor):
     again, so in a near one-hot row (``p_max = 1 - 1e-28``) it loses the argmax entry,
     whose true value (1e-26 there) an fp32 kernel can hold: that gold failed an exact
     kernel."""
-    p, log_p, entropy = _softmax_parts(logits)
-    centred = torch.where(p > 0, log_p + entropy, torch.zeros_like(p))  # d - sum(p * d)
-    return {"logits": p.mul_(centred).mul_(-upstream[0].unsqueeze(-1))}
+    p, d, _, mean = _softmax_parts(logits)
+    return {"logits": p.mul_(d - mean).mul_(-upstream[0].unsqueeze(-1))}
 
 
 def gradient_scale(upstream: list[torch.Tensor], logits: torch.Tensor):
@@ -48,8 +46,8 @@ def gradient_scale(upstream: list[torch.Tensor], logits: torch.Tensor):
     cancel (a near one-hot row's argmax entry, ``log p`` and ``H`` both near 0, or an
     entry whose ``-log p`` is near ``H``) an honest fp32 kernel rounds the terms, not
     their difference; elsewhere this is a small multiple of ``|gradient|``."""
-    p, log_p, entropy = _softmax_parts(logits)
-    size = log_p.abs_().add_(entropy).add_(1.0)
+    p, d, log_s, mean = _softmax_parts(logits)
+    size = (2 * log_s + 1) - d - mean  # 1 + |log p| + H: d <= 0 and log s >= 0
     return {"logits": p.mul_(size).mul_(upstream[0].abs().unsqueeze(-1))}
 
 
