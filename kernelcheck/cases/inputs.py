@@ -46,8 +46,13 @@ DISTRIBUTIONS = {
     "without eps gives NaN there",
     "tiny_rows": "every 4th row scaled to about 1e-18 (fp16: 1e-4), the rest standard normal: "
     "where eps dominates a norm's mean square",
+    "spikes": "standard normal with one entry in 64 of each row (at least one) an outlier of "
+    "+-100 to 200 at the same columns in every input of a shape: LLM activations' outlier "
+    "channels, where an exp(x) overflows fp32 (past 88.7)",
 }
 TINY_SCALE = {"fp32": 1e-18, "bf16": 1e-18, "fp16": 1e-4}
+SPIKE_EVERY = 64  # one outlier column in 64; its place moves with the row
+SPIKE_RANGE = (100.0, 200.0)  # past exp's fp32 range; a product of two stays below fp16's max
 LM_LOGP_FLOOR = 60.0  # the lm tail is clipped at logsumexp - 60: |logp| < 64 (fp32 contract)
 
 
@@ -148,6 +153,8 @@ def _draw_rows(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: to
         return c.view(per_row).expand(shape)
     if dist == "lm":
         return _lm_rows(rows, inner, gen)
+    if dist == "spikes":
+        return _spike_rows(rows, inner, gen)
     if dist in ("zero_rows", "tiny_rows"):
         x = torch.randn(shape, generator=gen, dtype=f32)
         scale = 0.0 if dist == "zero_rows" else TINY_SCALE[dtype]
@@ -157,6 +164,23 @@ def _draw_rows(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: to
     z = torch.randn(shape, generator=gen, dtype=f32)
     u = torch.rand(shape, generator=gen, dtype=f32).clamp_min_(1e-30)
     return z.div_(u.log_().neg_().sqrt_()).clamp_(-20, 20)
+
+
+def _spike_rows(rows: int, inner: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Standard normal rows with outliers at columns fixed by the shape: the inputs of an
+    elementwise op (swiglu's gate and up) meet outlier to outlier, never an outlier
+    ``up`` against an ordinary gate, whose gradient error grows with ``|up|``."""
+    width = math.prod(inner)
+    x = torch.randn((rows, width), generator=gen, dtype=torch.float32)
+    row = torch.arange(rows)[:, None]
+    # column c of row r spikes where (c + 37 r) % 64 == 0 (% width in a narrower row):
+    # every row has one, and the spikes move across vector lanes and tails row to row
+    at = (torch.arange(width)[None, :] + 37 * row) % min(SPIKE_EVERY, max(1, width)) == 0
+    low, high = SPIKE_RANGE
+    size = torch.rand((rows, width), generator=gen, dtype=torch.float32) * (high - low) + low
+    sign = torch.randint(0, 2, (rows, width), generator=gen).to(torch.float32) * 2 - 1
+    x[at] = (size * sign)[at]
+    return x.reshape(rows, *inner)
 
 
 def _lm_rows(rows: int, inner: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:

@@ -228,6 +228,23 @@ def test_zero_and_tiny_rows(catalog, dtype):
     assert (rms[::4] > 0).all() and (rms[::4] < 1e-3).all() and (rms[1::4] > 0.5).all()
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("inter", [256, 1000, 5])
+def test_spikes_meet_outlier_to_outlier(catalog, dtype, inter):
+    """Every row of gate and up holds an outlier past exp's fp32 range, at the same
+    columns in both (never an outlier up against an ordinary gate); the rest is normal,
+    and a product of two outliers stays finite in fp16."""
+    op = catalog.op("swiglu")
+    t = make_inputs(op, {"batch": 9, "inter": inter}, dtype, 0, "spikes")
+    gate, up = t["gate"].float(), t["up"].float()
+    spiked = gate.abs() >= 99
+    assert torch.equal(spiked, up.abs() >= 99)
+    assert (spiked.sum(-1) >= 1).all() and spiked.float().mean() <= 1 / 64 + 1 / inter
+    assert (gate[spiked] > 88.8).any() and gate.abs().max() <= 201
+    assert gate[~spiked].abs().max() < 10
+    assert torch.isfinite(t["gate"] * t["up"]).all()
+
+
 @pytest.mark.parametrize("hidden", [64, 1024])
 def test_an_input_scale_formula_follows_the_shape(catalog, hidden):
     """linear_logp's lm_head is drawn at scale = "1/sqrt(hidden)" at every hidden size, so

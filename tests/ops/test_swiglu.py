@@ -31,6 +31,7 @@ PLANTED_BUGS = [
     ("batch-dependent", "forward_invariance", "fp32", "differ in bits"),
     ("in-place", "integrity", "fp32", "changed input 'gate'"),
     ("unit-column-stride", "contract", "fp32", "column-strided view"),
+    ("exp-ratio-sigmoid", "forward_accuracy", "bf16", "NaN"),
 ]
 
 
@@ -44,6 +45,16 @@ def test_each_planted_bug_fails_its_check(name, check, dtype, fragment):
         assert res.status == want, (cand, res.message)
         if want == "fail":
             assert fragment in res.message, res.message
+
+
+def test_an_exp_that_overflows_past_the_heavy_range_fails_on_spikes_alone():
+    """exp(g) / (1 + exp(g)) is exact wherever normal and heavy draw (|g| <= 20); only the
+    spikes distribution's outlier gates (100 to 200) reach its fp32 overflow."""
+    planted = api.load_catalog([FIXTURES / "planted_swiglu.toml"])
+    for dists, want in (("normal+heavy+zero_rows", "pass"), ("spikes", "fail")):
+        cand, check = "exp-ratio-sigmoid", "forward_accuracy"
+        res = run_one(planted, "swiglu", cand, check, "fp32", SMALL, distributions=dists)
+        assert res.status == want, (dists, res.message)
 
 
 def _near_silus_minimum(n: int = 1 << 18):
