@@ -109,12 +109,14 @@ class CaseContext:
         upstream: list[torch.Tensor | None],
         wrt: tuple[str, ...] | None = None,
         missing_ok: bool = False,
+        edit=None,
     ) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
         """Forward with grad, then ``autograd.grad`` w.r.t. the op's grad inputs (``wrt``:
         only these require grad, the others are frozen, as a LoRA model's base weights).
         An upstream of None leaves that output out of the loss: its gradient reaches the
         backward as None (a KL-free loss never uses ratio_kl's kl); ``missing_ok``: a grad
-        input that no used output reaches gets zeros, not a fault."""
+        input that no used output reaches gets zeros, not a fault; ``edit(outputs)`` runs
+        between forward and backward, as a caller's in-place edit would."""
         args = dict(inputs)
         names = tuple(self.op.grad_inputs) if wrt is None else wrt
         for name in names:
@@ -128,6 +130,8 @@ class CaseContext:
                             f"output {self.op.outputs[i].name!r} shape {tuple(o.shape)} != "
                             f"expected {tuple(u.shape)}"
                         )
+                if edit is not None:
+                    edit(outs)
                 used = [i for i, u in enumerate(upstream) if u is not None]
                 handed = [handed_copy(upstream[i], outs[i].device, outs[i].dtype) for i in used]
                 grads = torch.autograd.grad(

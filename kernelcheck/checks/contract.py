@@ -69,6 +69,7 @@ class Contract(Check):
             self._strided,
             self._strided_upstream,
             self._unused_outputs,
+            self._edited_outputs,
         )
         for part in probes:
             probe = part.__name__.strip("_")
@@ -383,6 +384,44 @@ class Contract(Check):
             self._same_gradients(problem, got, want, zeros_signed=False)
         if len(self.problems) == before:
             self.passed.append("one output used alone == the others' upstream 0")
+
+    def _edited_outputs(self, trial: Trial) -> None:
+        """Every output edited in place (``+= 1``, which leaves every gradient as it was)
+        between forward and backward, as ``logp.mul_(mask)`` does: the gradients must keep
+        their bits, or torch must refuse (autograd's version counter, or its ban on editing
+        a custom Function's view output). A backward that kept the output outside
+        ``save_for_backward`` (``ctx.out = out``) silently reads the edited values."""
+        if not self.ctx.grad:
+            return
+        head, lead = self._head(trial)
+        ups = self.ctx.upstream(trial.seed, lead)
+        refused: list[str] = []
+
+        def add_one(outs: list[torch.Tensor]) -> None:
+            for o in outs:
+                try:
+                    o.add_(1.0)
+                except RuntimeError as exc:  # torch refuses loudly: nothing silent to judge
+                    refused.append(str(exc))
+
+        _, want = self.ctx.call_backward(self.ctx.to_device(head), ups)
+        try:
+            _, got = self.ctx.call_backward(self.ctx.to_device(head), ups, edit=add_one)
+        except CandidateFault as exc:
+            if "modified by an inplace operation" not in str(exc):
+                raise
+            self.passed.append("an output edited in place: autograd refuses")
+            return
+        before = len(self.problems)
+        problem = (
+            "outputs edited in place (+1) before backward: gradient {} differs from the "
+            "unedited one's (the backward reads an output outside save_for_backward)"
+        )
+        self._same_gradients(problem, got, want)
+        if len(self.problems) == before:
+            self.passed.append(
+                "an output edited in place: " + ("torch refuses" if refused else "same gradients")
+            )
 
     def _broadcast_upstreams(self, trial: Trial, head: dict, rows: int) -> list:
         """The head's ``rows`` rows as a ``(2, m)`` lead with upstreams broadcast over one

@@ -103,6 +103,17 @@ def test_an_unshifted_formula_fails_on_large_rows():
     )
 
 
+def test_a_backward_reading_an_output_edited_in_place_fails_the_contract():
+    """The textbook backward reading H from ``ctx.h``: ``h.add_(1)`` between forward and
+    backward shifts its gradient; the shipped candidate keeps its bits."""
+    planted = api.load_catalog([FIXTURES / "planted_entropy.toml"])
+    for cand, want in (("output-kept-on-ctx", "fail"), ("torch", "pass")):
+        res = run_one(planted, "entropy", cand, "contract", "fp32", SMALL)
+        assert res.status == want, (cand, res.message)
+    bad = run_one(planted, "entropy", "output-kept-on-ctx", "contract", "fp32", SMALL)
+    assert "outputs edited in place (+1) before backward" in bad.message, bad.message
+
+
 @pytest.mark.slow
 def test_an_out_of_range_rule_scoped_to_one_output(tmp_path):
     """A fused logp + entropy kernel: ignored rows give logp exactly 0 and their real
