@@ -33,10 +33,12 @@ def _logits(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 class _LinearLogp(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, target):
+    def forward(ctx, hidden, weight, target, bias):
         h = hidden.float().reshape(-1, hidden.shape[-1])
         w = weight.float()
         logits = _logits(h, w)
+        if bias is not None:  # F.linear's bias: one fp32 add per logit, after the dot product
+            logits += bias.float()
         ctx.save_for_backward(hidden, weight, target, logits)
         return logp(logits, target.reshape(-1)).view(hidden.shape[:-1])
 
@@ -55,15 +57,26 @@ class _LinearLogp(torch.autograd.Function):
             prod = (g_logits[sl, :, None] * w[None, :, :]).transpose(1, 2)
             d_hidden[sl] = fixed_order_row_sum(prod)
         d_weight = g_logits.T @ h  # shared: sums over every token
+        d_bias = None
+        if ctx.needs_input_grad[3]:  # sums over the tokens, in a fixed order
+            d_bias = fixed_order_row_sum(g_logits.T.contiguous()).to(weight.dtype)
         return (
             d_hidden.to(hidden.dtype).view(hidden.shape),
             d_weight.to(weight.dtype),
             None,
+            d_bias,
         )
 
 
-def linear_logp(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor):
+def linear_logp(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    bias: torch.Tensor | None = None,
+):
     vocab = weight.shape[0]
+    if bias is not None and tuple(bias.shape) != (vocab,):
+        raise ValueError(f"bias must be 1-D [{vocab}], got {tuple(bias.shape)}")
     if bool(((target < 0) | (target >= vocab)).any()):
         raise ValueError(f"target ids must be in [0, {vocab}); mask padding before this op")
-    return _LinearLogp.apply(hidden, weight, target)
+    return _LinearLogp.apply(hidden, weight, target, bias)

@@ -46,6 +46,27 @@ def test_each_planted_bug_fails_its_check(name, check, fragment):
             assert fragment in res.message, res.message
 
 
+def test_a_bias_left_out_of_the_backward_fails_with_a_bias_only():
+    """with_bias=true draws a bias [V] (upstream's op takes one); a backward that
+    recomputes the logits without it is exact with no bias, off with one."""
+    planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
+    bad, check = "bias-left-out-of-the-backward", "backward_accuracy"
+    for cand, bias, want in ((bad, False, "pass"), (bad, True, "fail"), ("torch", True, "pass")):
+        kw = dict(attributes={"with_bias": bias})
+        res = run_one(planted, "linear_logp", cand, check, "fp32", SMALL, **kw)
+        assert res.status == want, (cand, bias, res.message)
+
+
+def test_the_gold_adds_the_bias_to_every_tokens_logits():
+    gen = torch.Generator().manual_seed(0)
+    h, w = torch.randn(3, 4, generator=gen), torch.randn(5, 4, generator=gen)
+    b, t = torch.randn(5, generator=gen), torch.tensor([0, 4, 2])
+    want = torch.log_softmax(h.double() @ w.double().T + b.double(), -1)[torch.arange(3), t]
+    got = linear_logp.gold(h.double(), w.double(), t, bias=b.double())
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    assert not torch.equal(got, linear_logp.gold(h.double(), w.double(), t))
+
+
 @pytest.mark.parametrize("dist", ["normal", "heavy"])
 def test_the_fp32_reference_meets_the_contract_at_a_real_hidden_size(catalog, dist):
     """hidden 1024, vocab 32000: with the lm_head at 1/sqrt(hidden) the honest fp32
