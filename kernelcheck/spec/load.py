@@ -232,7 +232,7 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
     attributes, sweeps = _parse_attributes(
         _get(raw, "attributes", dict, path, "", default={}), path
     )
-    _check_switches(inputs, attributes, grad_inputs, path)
+    _check_switches(inputs, attributes, path)
     op = OpSpec(
         name=name,
         source=path,
@@ -319,9 +319,9 @@ def _dict(value) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _check_switches(inputs, attributes: dict, grad_inputs, path: Path) -> None:
-    """``when = "<attribute>"``: a bool attribute; the input is no gradient input, and no
-    input that is always there points into it."""
+def _check_switches(inputs, attributes: dict, path: Path) -> None:
+    """``when = "<attribute>"``: a bool attribute, and no input that is always there
+    points into the switched one (a switched backward input is judged where it is on)."""
     for inp in inputs:
         if inp.when is None:
             continue
@@ -331,8 +331,6 @@ def _check_switches(inputs, attributes: dict, grad_inputs, path: Path) -> None:
             raise SpecError(path, key, _unknown("attribute", inp.when, list(attributes)))
         if not all(isinstance(v, bool) for v in values):
             raise SpecError(path, key, f"attribute {inp.when!r} must be true or false")
-        if inp.name in grad_inputs:
-            raise SpecError(path, key, "a switched input cannot be a backward input")
         for other in inputs:
             if other.index_into == inp.name and other.when != inp.when:
                 raise SpecError(

@@ -309,6 +309,7 @@ class OpSpec:
         return replace(
             self,
             inputs=tuple(replace(i, when=None) for i in self.inputs if i.name not in off),
+            grad_inputs=tuple(n for n in self.grad_inputs if n not in off),
             masked=kept(masked, *(masked and (masked.mask, *masked.any_index) or ())),
             must_raise=kept(raises, *(raises and (raises.input, raises.where) or ())),
             out_of_range=kept(oor, *(oor and (oor.input,) or ())),

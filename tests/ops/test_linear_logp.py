@@ -57,6 +57,17 @@ def test_a_bias_left_out_of_the_backward_fails_with_a_bias_only():
         assert res.status == want, (cand, bias, res.message)
 
 
+def test_the_bias_gradient_is_judged_where_there_is_a_bias():
+    """A bias gradient summed over token chunks with ``=`` (the last chunk's alone) fails
+    backward_accuracy on the bias; hidden's and weight's are right."""
+    planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
+    kw = dict(attributes={"with_bias": True})
+    res = run_one(planted, "linear_logp", "bias-grad-from-the-last-chunk", "backward_accuracy",
+                  "fp32", SMALL, **kw)  # fmt: skip
+    assert res.status == "fail" and "gradient:bias" in res.message, res.message
+    assert "gradient:hidden" not in res.message and "gradient:weight" not in res.message
+
+
 def test_the_gold_adds_the_bias_to_every_tokens_logits():
     gen = torch.Generator().manual_seed(0)
     h, w = torch.randn(3, 4, generator=gen), torch.randn(5, 4, generator=gen)

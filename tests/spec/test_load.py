@@ -142,12 +142,6 @@ BAD = [
         "attribute 'eps' must be true or false",
     ),
     (
-        LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nwhen = "on"\n')
-        + '[attributes]\non = false\n[backward]\ninputs = ["logits"]\n',
-        "input.logits.when",
-        "cannot be a backward input",
-    ),
-    (
         LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nwhen = "on"\n').replace(
             'index_of = "vocab"\n', 'index_of = "vocab"\nindex_into = "logits"\n'
         )
@@ -354,6 +348,13 @@ def test_a_switched_input_exists_only_where_its_attribute_is_true(catalog):
     assert [i.name for i in on.inputs] == ["logits", "target", "mask"]
     assert on.masked.mask == "mask" and not on.switches
     assert on.for_attributes({}) is on  # resolved: the default no longer applies
+
+
+def test_a_switched_backward_input_is_judged_only_where_it_is_on(catalog):
+    """linear_logp's bias: a backward input with with_bias=true, absent without."""
+    op = catalog.op("linear_logp")
+    assert op.for_attributes({}).grad_inputs == ("hidden", "weight")
+    assert op.for_attributes({"with_bias": True}).grad_inputs == ("hidden", "weight", "bias")
 
 
 def _with_input(extra: str) -> str:
