@@ -90,6 +90,7 @@ class _ToleranceCheck(Check):
             seed, dist = (t.seed, t.distribution) if t else (None, None)
             return Outcome("pass", "", metrics, tol, seed, dist, plots=plots)
         trial, st, what, row_wise = self.failed
+        tol["judged"] = what  # the failing output or gradient: its own limit applied
         dist = trial.distribution
         if st.first_bad is None:
             message = what

@@ -67,15 +67,24 @@ JUDGES: tuple[type[Check], ...] = (ForwardAccuracy, BackwardAccuracy)
 SWEEP_PARAMS = {BackwardAccuracy.name: {"frozen_inputs": False}}
 
 
-def sweep_sizes(dim: str = "") -> list[int]:
+def tiled_base(largest: int | None = None) -> int:
+    """TILED_BASE, or where a dim's sweep stops below it, the largest ``3 x 2^k`` whose 64
+    residues fit (a dim swept to 16,385 gets 12,288: several tiles up to 4,096)."""
+    base = TILED_BASE
+    while largest is not None and base + RESIDUES - 1 > largest and base > 3 * RESIDUES:
+        base //= 2
+    return base
+
+
+def sweep_sizes(dim: str = "", largest: int | None = None) -> list[int]:
     """The reduced-dim sizes, ascending: 1..16, every residue mod 64 past SWEEP_BASE and
-    past TILED_BASE, 2^k - 1, 2^k, 2^k + 1 for k = 1..MAX_POWER; MODEL_VOCABS too for
-    ``dim`` VOCAB_DIM."""
+    past the tiled base, 2^k - 1, 2^k, 2^k + 1 for k = 1..MAX_POWER; MODEL_VOCABS too for
+    ``dim`` VOCAB_DIM; none past ``largest`` (a spec's ``sweep_max``)."""
     sizes = set(range(1, SMALL_SIZES + 1)) | (set(MODEL_VOCABS) if dim == VOCAB_DIM else set())
-    sizes |= {base + r for base in (SWEEP_BASE, TILED_BASE) for r in range(RESIDUES)}
+    sizes |= {base + r for base in (SWEEP_BASE, tiled_base(largest)) for r in range(RESIDUES)}
     for k in range(1, MAX_POWER + 1):
         sizes |= {2**k - 1, 2**k, 2**k + 1}
-    return sorted(s for s in sizes if s >= 1)
+    return sorted(s for s in sizes if s >= 1 and (largest is None or s <= largest))
 
 
 def swept_dims(op: OpSpec) -> list[str]:
@@ -107,7 +116,7 @@ def sweep_shapes(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
     shapes = []
     for dim in swept_dims(op):
         others = {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
-        for size in sweep_sizes(dim):
+        for size in sweep_sizes(dim, op.dims[dim].sweep_max):
             shapes.append((f"{dim}={size}", {**lead_sizes(op, rows), **others, dim: size}))
     if op.lead:
         widest = max(inner, key=inner.get) if inner else None
@@ -200,6 +209,9 @@ class ShapeSweep(Check):
         message = f"at {label} ({shape_flag(sizes)}), {judge}: {found.message}"
         metrics["failing_shape"] = dict(sizes)
         metrics["failing_check"] = judge
+        for key in ("max_abs", "n_nonfinite"):  # the failing shape's, for the table
+            if key in found.metrics:
+                metrics[key] = found.metrics[key]
         return Outcome(
             "fail",
             message,

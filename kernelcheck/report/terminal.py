@@ -53,7 +53,10 @@ def headline(r: CheckResult) -> tuple[str, str]:
         worst = _e(m.get("max_abs", 0.0))
         if m.get("n_nonfinite"):
             worst = f"{m['n_nonfinite']} NaN/Inf, else {worst}"
-        limit = f"{t['atol']:g}" + (f" + {t['rtol']:g}|g|" if t.get("rtol") else "")
+        # a failure names what failed ("gradient:weight (x frozen)"): its own limit
+        judged = t.get("judged", "").partition(":")[2].split(" ")[0]
+        own = (t.get("per_name") or {}).get(judged, t)
+        limit = f"{own['atol']:g}" + (f" + {own['rtol']:g}|g|" if own.get("rtol") else "")
         return worst, limit
     if "ratio" in t:
         worst = f"{_e(m.get('max_abs', 0.0))} ({m.get('ratio', 0.0):.2f}x)"

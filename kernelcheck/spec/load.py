@@ -90,7 +90,7 @@ _CANDIDATE_KEYS = {
 # The keys of each table below the top ("*": every entry of a table, "[]": every table
 # of an array), checked by name before any value is read: see _check_names.
 _TABLE_KEYS = {
-    "dims.*": {"default", "optional"},
+    "dims.*": {"default", "optional", "sweep_max"},
     "attributes.*": {"default", "sweep"},
     "input[]": _INPUT_KEYS,
     "output[]": {"name", "shape", "dtype"},
@@ -451,13 +451,19 @@ def _parse_dims(table: dict, path: Path) -> dict[str, Dim]:
             value = {"default": value}
         if not isinstance(value, dict):
             raise SpecError(path, key, f"expected a table {{ default = N }}, got {_tname(value)}")
-        _check_keys(value, {"default", "optional"}, path, key)
+        _check_keys(value, {"default", "optional", "sweep_max"}, path, key)
         default = _get(value, "default", int, path, key)
         if default < 1:
             raise SpecError(path, f"{key}.default", f"expected an integer >= 1, got {default}")
-        dims[name] = Dim(
-            name, default, bool(_get(value, "optional", bool, path, key, default=False))
-        )
+        sweep_max = _get(value, "sweep_max", int, path, key, default=None)
+        if sweep_max is not None and sweep_max < default:
+            raise SpecError(
+                path,
+                f"{key}.sweep_max",
+                f"expected an integer >= default ({default}), got {sweep_max}",
+            )
+        optional = bool(_get(value, "optional", bool, path, key, default=False))
+        dims[name] = Dim(name, default, optional, sweep_max)
     if not dims:
         raise SpecError(path, "dims", "expected at least one dim")
     return dims

@@ -27,6 +27,22 @@ def test_the_sizes_cover_every_residue_and_every_power_of_two_edge():
     assert set(range(1, 17)) <= set(sizes)
 
 
+def test_a_sweep_max_caps_a_dim_and_keeps_its_tiled_residues_below_it(catalog):
+    """linear_logp's hidden stops at 16,385 (no model is wider; past it an honest fp32
+    dot product nears the 1e-5 contract): every size at most that, the powers' edges up
+    to 2^14 + 1, every residue mod 64 past 12,288 = 3 x 4,096 instead of 24,576."""
+    op = catalog.ops["linear_logp"]
+    assert op.dims["hidden"].sweep_max == 16385
+    hidden = [
+        sizes["hidden"] for label, sizes in sweep_shapes(op, 3) if label.startswith("hidden=")
+    ]
+    assert max(hidden) == 16385 and {16383, 16384, 8193} <= set(hidden)
+    tiled = [h for h in hidden if 12288 <= h < 12288 + 64]
+    assert {h % 64 for h in tiled} == set(range(64))
+    vocab = [sizes["vocab"] for label, sizes in sweep_shapes(op, 3) if label.startswith("vocab=")]
+    assert max(vocab) == 262208  # the vocab keeps the whole sweep
+
+
 def test_every_op_gets_its_reduced_dims_swept_and_a_long_lead(catalog):
     for name, op in catalog.ops.items():
         shapes = sweep_shapes(op, 3)
@@ -129,3 +145,9 @@ def test_a_chunked_weight_gradient_that_overwrites_fails_at_the_long_lead(catalo
     (sweep,) = [r for (_, c), r in by.items() if c == "shape_sweep"]
     assert sweep.status == "fail" and f"at {LONG_ROWS} rows" in sweep.message, sweep.message
     assert "gradient:weight" in sweep.message
+    # the table shows the failing shape's error and the weight gradient's own limit
+    from kernelcheck.report.terminal import headline
+
+    worst, limit = headline(sweep)
+    assert worst == f"{sweep.metrics['max_abs']:.2e}" and sweep.metrics["max_abs"] > 1e-4, worst
+    assert limit == "0.0001 + 1e-05|g|", limit

@@ -130,6 +130,11 @@ BAD = [
     ),
     (LOGP_HEAD + "[attributes]\neps = []\n", "attributes.eps", "non-empty list"),
     (
+        LOGP_HEAD.replace("vocab = { default = 7 }", "vocab = { default = 7, sweep_max = 6 }"),
+        "dims.vocab.sweep_max",
+        "expected an integer >= default (7), got 6",
+    ),
+    (
         LOGP_HEAD.replace('index_of = "vocab"\n', 'index_of = "vocab"\nwhen = "maskd"\n')
         + "[attributes]\nmasked = false\n",
         "input.target.when",
