@@ -4,12 +4,13 @@ A row's bits may depend on its length (V) alone. A pool of distinct rows is draw
 them (default 300) are run alone, and every one of those must give the same bits in
 each of these layouts:
 
-- ``alone``: each row in a batch of its own (batch 1), the reference, at all threads;
+- ``alone``: each row in a batch of its own (batch 1), the reference, at all cores' worth
+  of threads and at least 8;
 - ``batches``: the R rows in a seeded random order, dealt into consecutive batches whose
   sizes cycle through ``batch_sizes`` and the odd sizes 3, 5, 7 (one real kernel differs
   only in batches of 3), each batch's storage starting one element past its allocation
   (``misaligned``), every other batch at **one** CPU thread (alone runs at all cores, at
-  least 2, whatever the case's own count): rows at other positions, in small batches, at
+  least 8 threads, whatever the case's own count): rows at other positions, in small batches, at
   other address alignments, with another thread count than alone;
 - ``one batch``: the R rows, each several times over, in one batch of ``big_rows``
   (16,384: an RL micro-batch of 8k-16k tokens) rows, or at long rows of as many as hold
@@ -52,16 +53,21 @@ POSITION_BUCKETS = 16  # the invariance grid's columns: positions in a batch, bu
 
 
 FEW_THREADS = 1  # the other small batches' count: no reduction is split at one thread
+# rows alone run at all cores, but at least this many threads (oversubscribed on a small
+# machine): a kernel that splits a long row across idle threads only when rows * 8 <=
+# threads (split-K for a small batch) splits nothing at 2 threads, and a server's 64
+# cores would split it
+MANY_THREADS_AT_LEAST = 8
 
 
 def thread_counts() -> tuple[int, int]:
     """(many, few): rows alone (and every other small batch) run at ``many`` CPU threads,
-    all cores and at least 2, where a reduction over a long row is split across threads
-    when rows are fewer than threads (PyTorch's CPU ``sum`` does); the other small
-    batches at ``few``, 1; the one batch at the case's own count. Fixed by the machine,
-    never by the case's own share of the cores: side by side a case runs at 1 thread,
-    where alone would split nothing and such a kernel would pass."""
-    return max(2, os.cpu_count() or 1), FEW_THREADS
+    all cores and at least MANY_THREADS_AT_LEAST, where a reduction over a long row is
+    split across threads when rows are fewer than threads (PyTorch's CPU ``sum`` does);
+    the other small batches at ``few``, 1; the one batch at the case's own count. Fixed
+    by the machine, never by the case's own share of the cores: side by side a case runs
+    at 1 thread, where alone would split nothing and such a kernel would pass."""
+    return max(MANY_THREADS_AT_LEAST, os.cpu_count() or 1), FEW_THREADS
 
 
 def position_counts(bad: torch.Tensor, buckets: int = POSITION_BUCKETS) -> tuple[int, list, list]:

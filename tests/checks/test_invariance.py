@@ -38,6 +38,16 @@ def test_each_layout_catches_its_bug(catalog, bug, layout, threads):
     assert any(layout in k for k in res.metrics["mismatched_by_layout"])
 
 
+def test_a_split_k_for_batches_of_one_on_8_threads_fails_on_2_cores(catalog):
+    """Rows alone run at all cores but at least 8 threads: a kernel that splits a row only
+    when rows * 8 <= threads passes at 2 threads (this machine's cores), and fails
+    here."""
+    assert thread_counts()[0] >= 8
+    for check in CHECKS:
+        res = _run(catalog, "splits_small_batches_over_idle_threads", [check])[check]
+        assert res.status == "fail", (check, res.message)
+
+
 @pytest.mark.parametrize("threads", [None, 1], ids=["all-cores", "case-at-1-thread"])
 def test_a_row_split_over_threads_when_alone_fails(catalog, threads):
     """PyTorch's CPU sum(-1) splits a long row over threads when rows are fewer than
