@@ -117,25 +117,66 @@ class CaseContext:
         backward as None (a KL-free loss never uses ratio_kl's kl); ``missing_ok``: a grad
         input that no used output reaches gets zeros, not a fault; ``edit(outputs)`` runs
         between forward and backward, as a caller's in-place edit would."""
+        args, outs = self.forward_with_grad(inputs, upstream, wrt)
+        if edit is not None:
+            try:
+                with torch.enable_grad():
+                    edit(outs)
+            except CandidateFault:
+                raise
+            except Exception as exc:
+                raise candidate_fault(exc, "candidate backward raised") from None
+        grads = self.backward_of(args, outs, upstream, wrt, missing_ok)
+        return [o.detach() for o in outs], grads
+
+    def forward_with_grad(
+        self,
+        inputs: dict[str, torch.Tensor],
+        upstream: list[torch.Tensor | None],
+        wrt: tuple[str, ...] | None = None,
+    ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+        """(the call's arguments, its outputs with their graph): the forward half of
+        :meth:`call_backward`, for callers that order forwards and backwards themselves."""
         args = dict(inputs)
-        names = tuple(self.op.grad_inputs) if wrt is None else wrt
-        for name in names:
+        for name in tuple(self.op.grad_inputs) if wrt is None else wrt:
             args[name] = args[name].detach().requires_grad_(True)
         try:
             with torch.enable_grad(), self.clock.phase("candidate"), poisoned_allocations():
                 outs = self.outputs_list(self.fn(**args))
-                for i, (o, u) in enumerate(zip(outs, upstream)):
-                    if u is not None and tuple(o.shape) != tuple(u.shape):
-                        raise WrongOutput(
-                            f"output {self.op.outputs[i].name!r} shape {tuple(o.shape)} != "
-                            f"expected {tuple(u.shape)}"
-                        )
-                if edit is not None:
-                    edit(outs)
-                used = [i for i, u in enumerate(upstream) if u is not None]
+        except CandidateFault:
+            raise
+        except Exception as exc:
+            raise candidate_fault(exc, "candidate backward raised") from None
+        for i, (o, u) in enumerate(zip(outs, upstream)):
+            if u is not None and tuple(o.shape) != tuple(u.shape):
+                raise WrongOutput(
+                    f"output {self.op.outputs[i].name!r} shape {tuple(o.shape)} != "
+                    f"expected {tuple(u.shape)}"
+                )
+        return args, outs
+
+    def backward_of(
+        self,
+        args: dict[str, torch.Tensor],
+        outs: list[torch.Tensor],
+        upstream: list[torch.Tensor | None],
+        wrt: tuple[str, ...] | None = None,
+        missing_ok: bool = False,
+        retain: bool = False,
+    ) -> dict[str, torch.Tensor]:
+        """The backward half of :meth:`call_backward` (``retain``: keep the graph for
+        another backward through it)."""
+        names = tuple(self.op.grad_inputs) if wrt is None else wrt
+        used = [i for i, u in enumerate(upstream) if u is not None]
+        try:
+            with self.clock.phase("candidate"), poisoned_allocations():
                 handed = [handed_copy(upstream[i], outs[i].device, outs[i].dtype) for i in used]
                 grads = torch.autograd.grad(
-                    [outs[i] for i in used], [args[n] for n in names], handed, allow_unused=True
+                    [outs[i] for i in used],
+                    [args[n] for n in names],
+                    handed,
+                    retain_graph=retain,
+                    allow_unused=True,
                 )
         except CandidateFault:
             raise
@@ -151,7 +192,7 @@ class CaseContext:
             if g is None:
                 raise CandidateFault(f"candidate backward gave no gradient for {name!r}")
             result[name] = g.detach()
-        return [o.detach() for o in outs], result
+        return result
 
     def _note_upstream_writes(self, upstream: list, handed: list, outs: list, index) -> None:
         """Record each upstream gradient the backward changed (bits of the tensor handed

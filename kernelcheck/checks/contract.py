@@ -40,6 +40,10 @@ def plant_out_of_range(ctx, inputs: dict) -> tuple[list[int], list[int]]:
     return rows, values
 
 
+# shared inputs' views are judged by value: a transposed weight may take another GEMM path
+SHARED_VIEWS = "non-contiguous shared inputs (a transposed weight, every other element)"
+
+
 class Contract(Check):
     name = "contract"
     uses = frozenset({"outputs"})
@@ -70,6 +74,7 @@ class Contract(Check):
             self._strided_upstream,
             self._unused_outputs,
             self._edited_outputs,
+            self._calls_in_flight,
         )
         for part in probes:
             probe = part.__name__.strip("_")
@@ -263,6 +268,9 @@ class Contract(Check):
             contiguous = {k: v.contiguous() for k, v in views.items()}
             upstream = self.ctx.upstream(trial.seed, lead)
             try:
+                if label == SHARED_VIEWS:  # another GEMM path may round otherwise: values
+                    self._within_tolerance(label, upstream, views, contiguous)
+                    continue
                 self._same_bits(label, views, contiguous)
                 self._same_gradient_bits(label, upstream, views, contiguous)
             except CandidateFault as exc:
@@ -293,6 +301,8 @@ class Contract(Check):
                 v = wide[..., ::2]
             columns[k] = v
         yield "column-strided view", columns, (n,)
+        if shared := self._shared_views(head, row_wise):
+            yield SHARED_VIEWS, shared, (n,)
         if not op.lead:
             return
         double = self.ctx.draw(trial.seed, trial.distribution, lead=(2 * n,), salt="strided")
@@ -310,6 +320,51 @@ class Contract(Check):
             for k, v in longer.items()
         }
         yield "shifted-token view", shifted, (*lead[:-1], seq)
+
+    def _shared_views(self, head: dict, row_wise: dict) -> dict | None:
+        """The head with each shared float input (a norm's weight, an lm_head, a bias) as a
+        non-contiguous view: 2+ dims transposed in memory (an lm_head stored [H, V], as
+        GPT-2's Conv1D keeps it, passed as ``w.t()``), 1 dim every other element of a
+        NaN-padded tensor. None where the op has none: a kernel that reads a weight through
+        its pointer as contiguous reads the wrong order, or the NaNs."""
+        views, found = {}, False
+        for k, v in self.ctx.to_device(head).items():
+            if not row_wise[k] and v.is_floating_point() and v.dim() >= 1 and v.numel() > 1:
+                found = True
+                if v.dim() >= 2:
+                    v = v.transpose(-1, -2).contiguous().transpose(-1, -2)
+                else:
+                    v = torch.stack([v, torch.full_like(v, math.nan)], dim=-1)[..., 0]
+            views[k] = v
+        return views if found else None
+
+    def _within_tolerance(self, label: str, upstream: list, views: dict, contiguous: dict):
+        """Outputs and gradients of a call on ``views`` within the contract tolerance (the
+        accuracy checks' tables) of the same call on their contiguous copies."""
+        ctx, op = self.ctx, self.ctx.op
+        pairs = [
+            (f"output {o.name!r}", ctx.tolerance("forward_accuracy", o.name), g, w)
+            for o, g, w in zip(op.outputs, ctx.call(views), ctx.call(contiguous))
+        ]
+        if ctx.grad:
+            _, got = ctx.call_backward(views, upstream)
+            _, want = ctx.call_backward(contiguous, upstream)
+            pairs += [
+                (f"gradient {n!r}", ctx.tolerance("backward_accuracy", n), got[n], want[n])
+                for n in want
+            ]
+        for what, tol, g, w in pairs:
+            g, w = g.detach().cpu(), w.detach().cpu()
+            atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
+            close = g.shape == w.shape and torch.isclose(
+                g.double(), w.double(), rtol, atol, equal_nan=True
+            )
+            if close is False or not bool(close.all()):
+                detail = "shape differs" if close is False else first_bit_difference(g, w)
+                self.problems.append(
+                    f"{label}: {what} outside atol={atol:g}+rtol={rtol:g} of the contiguous "
+                    f"copy's: {detail}"
+                )
 
     def _same_gradient_bits(
         self, label: str, upstream: list[torch.Tensor], views: dict, contiguous: dict
@@ -422,6 +477,50 @@ class Contract(Check):
             self.passed.append(
                 "an output edited in place: " + ("torch refuses" if refused else "same gradients")
             )
+
+    def _calls_in_flight(self, trial: Trial) -> None:
+        """Two calls of one shape in flight (forward A, forward B, backward A, backward B:
+        two micro-batches, DPO's chosen and rejected) and a second backward through A's
+        graph (retain_graph: a second loss over the same outputs): every gradient keeps
+        the bits of its call alone, and the gradient a caller holds stays as it was. A
+        backward reading a per-shape workspace that B's forward overwrote, or one that
+        scales a gradient kept from the forward in place and returns it, shows; a second
+        backward that raises is torch's loud refusal, not a finding."""
+        if not self.ctx.grad:
+            return
+        ctx, op = self.ctx, self.ctx.op
+        head, lead = self._head(trial)
+        # B: the same rows in reverse order, another batch of the very same shape
+        other = {k: v.flip(0) if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
+        ups = ctx.upstream(trial.seed, lead)
+        ups_b = [u.flip(0) if u.dim() else u for u in ups]
+        _, want_a = ctx.call_backward(ctx.to_device(head), ups)
+        _, want_b = ctx.call_backward(ctx.to_device(other), ups_b)
+        args_a, outs_a = ctx.forward_with_grad(ctx.to_device(head), ups)
+        args_b, outs_b = ctx.forward_with_grad(ctx.to_device(other), ups_b)
+        got_a = ctx.backward_of(args_a, outs_a, ups, retain=True)
+        got_b = ctx.backward_of(args_b, outs_b, ups_b)
+        before = len(self.problems)
+        flight = "two calls in flight (forward, forward, backward, backward): the {} call's "
+        for which, got, want in (("first", got_a, want_a), ("second", got_b, want_b)):
+            problem = flight.format(which) + "gradient {} differs from the one it gets alone"
+            self._same_gradients(problem, got, want)
+        if len(self.problems) > before:  # the rest compares with the same gradients
+            return
+        try:
+            again = ctx.backward_of(args_a, outs_a, ups)
+        except CandidateFault as exc:
+            if exc.out_of_memory:
+                raise
+        else:
+            problem = "a second backward through one graph (retain_graph): gradient {} differs"
+            self._same_gradients(problem + " from the first's", again, want_a)
+        problem = (
+            "the gradient {} a caller holds changed when a second backward ran through its graph"
+        )
+        self._same_gradients(problem, got_a, want_a)
+        if len(self.problems) == before:
+            self.passed.append("two calls in flight, a second backward == calls alone")
 
     def _broadcast_upstreams(self, trial: Trial, head: dict, rows: int) -> list:
         """The head's ``rows`` rows as a ``(2, m)`` lead with upstreams broadcast over one

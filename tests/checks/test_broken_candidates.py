@@ -32,6 +32,7 @@ BROKEN = [
     ("ignores_strides", "contract", "fp32", "normal", "differs from the contiguous copy"),
     ("contiguous_upstream_assumed", "contract", "fp32", "normal", "upstream"),
     ("upstream_by_last_stride", "contract", "fp32", "normal", "broadcast over the last dim"),
+    ("gradient_scaled_in_place", "contract", "fp32", "normal", "a second backward through one"),
     ("rows_by_one_stride", "contract", "fp32", "normal", "shifted-token view: output"),
     ("targets_by_one_stride", "contract", "fp32", "normal", "shifted-token view: output"),
     ("backward_rows_by_one_stride", "contract", "fp32", "normal", "shifted-token view: gradient"),

@@ -114,6 +114,13 @@ def test_a_backward_reading_an_output_edited_in_place_fails_the_contract():
     assert "outputs edited in place (+1) before backward" in bad.message, bad.message
 
 
+def test_a_backward_reading_a_per_shape_workspace_fails_with_two_calls_in_flight():
+    planted = api.load_catalog([FIXTURES / "planted_entropy.toml"])
+    bad = run_one(planted, "entropy", "workspace-per-shape", "contract", "fp32", SMALL)
+    assert bad.status == "fail" and "two calls in flight" in bad.message, bad.message
+    assert "the first call's gradient" in bad.message, bad.message
+
+
 @pytest.mark.slow
 def test_an_out_of_range_rule_scoped_to_one_output(tmp_path):
     """A fused logp + entropy kernel: ignored rows give logp exactly 0 and their real
