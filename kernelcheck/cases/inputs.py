@@ -51,6 +51,9 @@ DISTRIBUTIONS = {
     "channels, where an exp(x) overflows fp32 (past 88.7)",
 }
 TINY_SCALE = {"fp32": 1e-18, "bf16": 1e-18, "fp16": 1e-4}
+# a weight of this many entries or more has one exactly 0 (at a third of its length): a
+# backward that recovers x_hat as y / weight (a "memory-efficient" norm) divides by it
+ZERO_WEIGHT_FROM = 4
 SPIKE_EVERY = 64  # one outlier column in 64; its place moves with the row
 SPIKE_RANGE = (100.0, 200.0)  # past exp's fp32 range; a product of two stays below fp16's max
 LM_LOGP_FLOOR = 60.0  # the lm tail is clipped at logsumexp - 60: |logp| < 64 (fp32 contract)
@@ -288,6 +291,8 @@ class _Draw:
             return torch.rand((n, *inner), generator=gen) < spec.true_fraction
         if spec.values == "weight":
             w = torch.randn((n, *inner), generator=gen, dtype=torch.float32).mul_(0.1).add_(1.0)
+            if w.numel() >= ZERO_WEIGHT_FROM:  # a pruned or zero-initialised channel
+                w.view(-1)[w.numel() // 3] = 0.0
             return self.scaled(spec, w.to(dtypes.torch_dtype(self.dtype_of(spec))))
         if spec.values in DISTRIBUTIONS:  # a fixed distribution, whatever the case's
             key = _key(self.seed, spec.values, spec.name, self.salt)

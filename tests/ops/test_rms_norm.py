@@ -53,6 +53,8 @@ PLANTED_BUGS = [
     ("in-place", "integrity", "fp32", "changed input 'x'"),
     ("unit-column-stride", "contract", "fp32", "column-strided view"),
     ("frozen-weight-dx", "backward_accuracy", "fp32", "gradient:x (weight frozen)"),
+    # the weight's zero entry: a pruned or zero-initialised channel
+    ("xhat-from-output", "backward_accuracy", "fp32", "NaN/Inf where gold is finite"),
 ]
 
 
