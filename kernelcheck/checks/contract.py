@@ -75,6 +75,7 @@ class Contract(Check):
             self._unused_outputs,
             self._edited_outputs,
             self._calls_in_flight,
+            self._fp32_shared_inputs,
         )
         for part in probes:
             probe = part.__name__.strip("_")
@@ -354,17 +355,54 @@ class Contract(Check):
                 for n in want
             ]
         for what, tol, g, w in pairs:
-            g, w = g.detach().cpu(), w.detach().cpu()
-            atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
-            close = g.shape == w.shape and torch.isclose(
-                g.double(), w.double(), rtol, atol, equal_nan=True
-            )
-            if close is False or not bool(close.all()):
-                detail = "shape differs" if close is False else first_bit_difference(g, w)
-                self.problems.append(
-                    f"{label}: {what} outside atol={atol:g}+rtol={rtol:g} of the contiguous "
-                    f"copy's: {detail}"
-                )
+            self._close(f"{label}: {what}", "the contiguous copy's", tol, g, w)
+
+    def _close(self, what: str, whose: str, tol, got: torch.Tensor, want: torch.Tensor):
+        """A problem where ``got`` is outside ``tol`` (none: exact) of ``want``, by value
+        (dtypes aside)."""
+        g, w = got.detach().cpu(), want.detach().cpu()
+        atol, rtol = (tol.atol, tol.rtol) if tol else (0.0, 0.0)
+        close = g.shape == w.shape and torch.isclose(
+            g.double(), w.double(), rtol, atol, equal_nan=True
+        )
+        if close is False or not bool(close.all()):
+            detail = "shape differs" if close is False else first_bit_difference(g, w)
+            self.problems.append(f"{what} outside atol={atol:g}+rtol={rtol:g} of {whose}: {detail}")
+
+    def _fp32_shared_inputs(self, trial: Trial) -> None:
+        """In a 16-bit case, the shared float inputs (a norm's weight, an lm_head, a bias)
+        in fp32 instead, the very same values upcast (norms kept in fp32 beside bf16
+        activations, as apex's mixed fused norm takes them): the outputs within the
+        contract tolerance of the same-dtype call's, or a raise (a kernel may refuse
+        mixed dtypes, loudly). A kernel that reads the weight's memory as the
+        activations' type reinterprets its bits."""
+        ctx, op = self.ctx, self.ctx.op
+        if ctx.case.dtype == "fp32":
+            return
+        head, _ = self._head(trial)
+        wide = {
+            k: v.float()
+            if not op.is_row_wise(op.input(k)) and v.is_floating_point() and v.dim() >= 1
+            else v
+            for k, v in head.items()
+        }  # fmt: skip
+        names = [k for k in head if wide[k] is not head[k] and head[k].dtype != torch.float32]
+        if not names:
+            return
+        try:
+            got = ctx.call(ctx.to_device(wide))
+        except CandidateFault as exc:
+            if exc.out_of_memory:
+                raise
+            self.passed.append(f"fp32 {', '.join(names)} in a {ctx.case.dtype} case: refused")
+            return
+        label = f"fp32 {', '.join(names)} in a {ctx.case.dtype} case: output"
+        before = len(self.problems)
+        for o, g, w in zip(op.outputs, got, ctx.call(ctx.to_device(head))):
+            tol = ctx.tolerance("forward_accuracy", o.name)
+            self._close(f"{label} {o.name!r}", f"the all-{ctx.case.dtype} call's", tol, g, w)
+        if len(self.problems) == before:
+            self.passed.append(f"fp32 {', '.join(names)} in a {ctx.case.dtype} case")
 
     def _same_gradient_bits(
         self, label: str, upstream: list[torch.Tensor], views: dict, contiguous: dict

@@ -55,6 +55,8 @@ PLANTED_BUGS = [
     ("frozen-weight-dx", "backward_accuracy", "fp32", "gradient:x (weight frozen)"),
     # the weight's zero entry: a pruned or zero-initialised channel
     ("xhat-from-output", "backward_accuracy", "fp32", "NaN/Inf where gold is finite"),
+    # an fp32 weight beside bf16 activations (apex's mixed fused norm)
+    ("weight-read-as-x-dtype", "contract", "bf16", "fp32 weight in a bf16 case"),
 ]
 
 
