@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 import torch
 
+from kernelcheck import gold
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import bits, first_bit_difference
 from kernelcheck.checks.outcome import CandidateFault, Outcome, WrongOutput
@@ -76,6 +77,7 @@ class Contract(Check):
             self._edited_outputs,
             self._calls_in_flight,
             self._fp32_shared_inputs,
+            self._updated_in_place,
         )
         for part in probes:
             probe = part.__name__.strip("_")
@@ -368,6 +370,38 @@ class Contract(Check):
         if close is False or not bool(close.all()):
             detail = "shape differs" if close is False else first_bit_difference(g, w)
             self.problems.append(f"{what} outside atol={atol:g}+rtol={rtol:g} of {whose}: {detail}")
+
+    def _updated_in_place(self, trial: Trial) -> None:
+        """The shared float inputs updated in place between two calls (an optimizer step
+        writes the weights where they are: same address, shape and dtype), negated here
+        (exact): the second call's outputs within the contract tolerance of a call on
+        fresh copies of the new values. A kernel that caches something derived from a
+        weight (an fp32 copy, a packed layout) keyed by its address serves the old one."""
+        ctx, op = self.ctx, self.ctx.op
+        head, lead = self._head(trial)
+        dev = ctx.to_device(head)
+        names = [
+            k
+            for k, v in dev.items()
+            if not op.is_row_wise(op.input(k)) and v.is_floating_point() and v.numel() > 1
+        ]
+        if not names:
+            return
+        ctx.call(dev)
+        with torch.no_grad():
+            for k in names:
+                dev[k].neg_()  # in place: the kernel sees the same tensor, new values
+        got = ctx.call(dev)
+        # the gold of the new values: another call could meet a stale entry of its own
+        cpu = {k: v.cpu() for k, v in dev.items()}
+        want = gold.forward(op, ctx.gold_fn, cpu, lead)
+        label = f"{', '.join(names)} updated in place between calls: output"
+        before = len(self.problems)
+        for o, g, w in zip(op.outputs, got, want):
+            if tol := ctx.tolerance("forward_accuracy", o.name):
+                self._close(f"{label} {o.name!r}", "the gold of the new values", tol, g, w)
+        if len(self.problems) == before:
+            self.passed.append(f"{', '.join(names)} updated in place between calls")
 
     def _fp32_shared_inputs(self, trial: Trial) -> None:
         """In a 16-bit case, the shared float inputs (a norm's weight, an lm_head, a bias)

@@ -69,6 +69,21 @@ def test_the_bias_gradient_is_judged_where_there_is_a_bias():
     assert "gradient:hidden" not in res.message and "gradient:weight" not in res.message
 
 
+def test_a_weight_cache_keyed_by_address_fails_after_an_in_place_update():
+    """The fp32 copy of a bf16 lm_head cached by address: an optimizer step writes the
+    weight in place, and the stale copy is served."""
+    planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
+    for cand, want in (("weight-cached-by-address", "fail"), ("torch", "pass")):
+        res = run_one(planted, "linear_logp", cand, "contract", "bf16", SMALL)
+        assert res.status == want, (cand, res.message)
+    assert (
+        "weight updated in place between calls"
+        in run_one(
+            planted, "linear_logp", "weight-cached-by-address", "contract", "bf16", SMALL
+        ).message
+    )
+
+
 def test_the_gold_adds_the_bias_to_every_tokens_logits():
     gen = torch.Generator().manual_seed(0)
     h, w = torch.randn(3, 4, generator=gen), torch.randn(5, 4, generator=gen)
