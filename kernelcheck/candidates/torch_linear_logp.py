@@ -40,6 +40,7 @@ class _LinearLogp(torch.autograd.Function):
         if bias is not None:  # F.linear's bias: one fp32 add per logit, after the dot product
             logits += bias.float()
         ctx.save_for_backward(hidden, weight, target, logits)
+        ctx.bias_dtype = None if bias is None else bias.dtype
         return logp(logits, target.reshape(-1)).view(hidden.shape[:-1])
 
     @staticmethod
@@ -59,7 +60,7 @@ class _LinearLogp(torch.autograd.Function):
         d_weight = g_logits.T @ h  # shared: sums over every token
         d_bias = None
         if ctx.needs_input_grad[3]:  # sums over the tokens, in a fixed order
-            d_bias = fixed_order_row_sum(g_logits.T.contiguous()).to(weight.dtype)
+            d_bias = fixed_order_row_sum(g_logits.T.contiguous()).to(ctx.bias_dtype)
         return (
             d_hidden.to(hidden.dtype).view(hidden.shape),
             d_weight.to(weight.dtype),

@@ -124,8 +124,8 @@ class CaseContext:
                     edit(outs)
             except CandidateFault:
                 raise
-            except Exception as exc:
-                raise candidate_fault(exc, "candidate backward raised") from None
+            except Exception as exc:  # an edit of the outputs that raised in the candidate
+                raise candidate_fault(exc, "editing the outputs raised") from None
         grads = self.backward_of(args, outs, upstream, wrt, missing_ok)
         return [o.detach() for o in outs], grads
 
