@@ -451,7 +451,7 @@ def _parse_dims(table: dict, path: Path) -> dict[str, Dim]:
             value = {"default": value}
         if not isinstance(value, dict):
             raise SpecError(path, key, f"expected a table {{ default = N }}, got {_tname(value)}")
-        _check_keys(value, {"default", "optional", "sweep_max"}, path, key)
+        _check_keys(value, _TABLE_KEYS["dims.*"], path, key)
         default = _get(value, "default", int, path, key)
         if default < 1:
             raise SpecError(path, f"{key}.default", f"expected an integer >= 1, got {default}")

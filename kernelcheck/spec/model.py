@@ -23,7 +23,7 @@ class Dim:
     default: int
     optional: bool = False
     # the largest size shape_sweep gives it (None: the sweep's own, 2^17 + 1): where no
-    # model is wider and an honest fp32 reduction over more would pass the contract
+    # model is wider and an honest fp32 reduction over more would break the contract
     sweep_max: int | None = None
 
 

@@ -33,7 +33,7 @@ PLANTED_BUGS = [
     ("token-chunked-lse", "forward_invariance", "differ in bits"),
     ("clamps-targets", "contract", "target=-100 did not raise"),
     ("frozen-head-bf16-grad", "backward_accuracy", "gradient:hidden (weight frozen)"),
-    ("weight-read-as-contiguous", "contract", "non-contiguous shared inputs"),
+    ("weight-read-as-contiguous", "contract", "non-contiguous weight: output"),
 ]
 
 
