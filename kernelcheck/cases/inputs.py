@@ -46,6 +46,9 @@ DISTRIBUTIONS = {
     "without eps gives NaN there",
     "tiny_rows": "every 4th row scaled to about 1e-18 (fp16: 1e-4), the rest standard normal: "
     "where eps dominates a norm's mean square",
+    "drifted": "standard normal; a related input (a reference model's logits) drifts 2 to 8 "
+    "nats per entry from it (by row) instead of its spec's perturbation: KL estimates past "
+    "10 nats in most rows, where a clamp (verl's low_var_kl at +-10) or a cut-off acts",
     "spikes": "standard normal with one entry in 64 of each row (at least one) an outlier of "
     "+-100 to 200 at the same columns in every input of a shape: LLM activations' outlier "
     "channels, where an exp(x) overflows fp32 (past 88.7)",
@@ -56,6 +59,7 @@ TINY_SCALE = {"fp32": 1e-18, "bf16": 1e-18, "fp16": 1e-4}
 ZERO_WEIGHT_FROM = 4
 SPIKE_EVERY = 64  # one outlier column in 64; its place moves with the row
 SPIKE_RANGE = (100.0, 200.0)  # past exp's fp32 range; a product of two stays below fp16's max
+DRIFT_RANGE = (2.0, 8.0)  # a drifted row's perturbation std, uniform by row
 LM_LOGP_FLOOR = 60.0  # the lm tail is clipped at logsumexp - 60: |logp| < 64 (fp32 contract)
 
 
@@ -142,7 +146,7 @@ def _draw_rows(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: to
     shape = (rows, *inner)
     per_row = (rows, *([1] * len(inner)))
     f32 = torch.float32
-    if dist in ("normal", "masked"):
+    if dist in ("normal", "masked", "drifted"):
         return torch.randn(shape, generator=gen, dtype=f32)
     if dist == "large":
         offset, spread = {"fp32": (1e4, 3.0), "bf16": (1e4, 200.0), "fp16": (6.0e4, 600.0)}[dtype]
@@ -343,10 +347,24 @@ class _Draw:
         to ``base``, the one honest value there)."""
         n, inner = self.rows_inner(spec)
         key = _key(self.seed, self.dist, spec.name, self.salt, "perturbation")
-        noise = draw_float(n, inner, "normal", "fp32", key).mul_(spec.perturbation)
+        noise = draw_float(n, inner, "normal", "fp32", key)
+        noise.mul_(self.perturbation(spec, n).view(n, *([1] * len(inner))))
         t = (self.empty or torch.empty)((n, *inner), dtype=dtypes.torch_dtype(self.dtype_of(spec)))
         t.copy_(noise.add_(base.reshape(noise.shape).float()))
         return self.scaled(spec, t)
+
+    def perturbation(self, spec: InputSpec, n: int) -> torch.Tensor:
+        """Each row's perturbation std: the spec's, but DRIFT_RANGE (uniform by row) in
+        the rows of a `drifted` part, a reference model far from the policy."""
+        std = torch.full((n,), spec.perturbation, dtype=torch.float32)
+        parts = parts_of(self.dist) if self.op.is_row_wise(spec) else parts_of(self.dist)[:1]
+        for k, part in enumerate(parts):
+            if part == "drifted":
+                gen = _generator(self.seed, self.dist, spec.name, self.salt, "drift", str(k))
+                rows = std[k :: len(parts)]
+                low, high = DRIFT_RANGE
+                rows.copy_(torch.rand(rows.shape, generator=gen) * (high - low) + low)
+        return std
 
     def scaled(self, spec: InputSpec, t: torch.Tensor) -> torch.Tensor:
         scale = spec.scale_at(self.sizes)

@@ -63,3 +63,34 @@ def test_a_16_bit_rounding_flip_is_no_finding(catalog):
                          shape=SMALL, check_names=["backward_precision"], isolate=False,
                          seeds=[1])  # fmt: skip
         assert [r.status for r in report.results] == ["pass"], report.results[0].message
+
+
+def test_a_kl_clamped_at_10_fails_on_drifted_rows_only(catalog):
+    """verl's low_var_kl clamps the KL at 10: exact on a reference 0.5 nats from the
+    policy (kl ~ 0.1), wrong on `drifted` rows (kl 2 to 30); the honest one passes both."""
+    planted = api.load_catalog([FIXTURES / "planted_ratio_kl.toml"])
+    for dist, cand, want in (
+        ("normal", "low-var-kl", "pass"),
+        ("drifted", "low-var-kl", "fail"),
+        ("drifted", "torch", "pass"),
+    ):
+        res = run_one(planted, "ratio_kl", cand, "forward_accuracy", "fp32", SMALL,
+                      distributions=[dist])  # fmt: skip
+        assert res.status == want, (dist, cand, res.message)
+    assert "kl" in res.message or want == "pass"
+
+
+def test_drifted_rows_put_most_kl_past_10():
+    """The draw itself: a reference 2 to 8 nats per entry from the policy."""
+    from kernelcheck.cases.inputs import make_inputs
+
+    op = api.load_catalog().ops["ratio_kl"]
+    sizes = {"batch": 64, "vocab": 257}
+
+    def kl_of(dist):
+        inputs = make_inputs(op, sizes, "fp32", 0, dist)
+        wide = (t.double() if t.is_floating_point() else t for t in inputs.values())
+        return ratio_kl.gold(*wide)[1][inputs["attention_mask"]]
+
+    assert 0.3 < float((kl_of("drifted") > 10).double().mean()) < 1.0
+    assert float(kl_of("normal").max()) < 10
