@@ -334,7 +334,7 @@ class Contract(Check):
         weight may take another GEMM path, and each path may be off the gold by the
         tolerance). A kernel that reads a weight through its pointer as contiguous reads
         the wrong order, or the NaNs."""
-        ctx, op = self.ctx, self.ctx.op
+        ctx = self.ctx
         head, lead = self._head(trial)
         names = self._shared_floats(head)
         if not names:
@@ -348,20 +348,8 @@ class Contract(Check):
             else:
                 views[k] = torch.stack([v, torch.full_like(v, math.nan)], dim=-1)[..., 0]
         label = f"non-contiguous {', '.join(names)}"
-        pairs = [
-            (f"output {o.name!r}", ctx.tolerance("forward_accuracy", o.name), g, w)
-            for o, g, w in zip(op.outputs, ctx.call(views), ctx.call(contiguous))
-        ]
-        if ctx.grad:
-            upstream = ctx.upstream(trial.seed, lead)
-            _, got = ctx.call_backward(views, upstream)
-            _, want = ctx.call_backward(contiguous, upstream)
-            pairs += [
-                (f"gradient {n!r}", ctx.tolerance("backward_accuracy", n), got[n], want[n])
-                for n in want
-            ]
         before = len(self.problems)
-        for what, tol, g, w in pairs:
+        for what, tol, g, w in self._value_pairs(trial, views, contiguous, lead):
             self._close(f"{label}: {what}", "the contiguous call's", tol, g, w, scale=2.0)
         if len(self.problems) == before:
             self.passed.append(f"{label} == contiguous, within tolerance")
@@ -417,35 +405,52 @@ class Contract(Check):
     def _fp32_shared_inputs(self, trial: Trial) -> None:
         """In a 16-bit case, the shared float inputs (a norm's weight, an lm_head, a bias)
         in fp32 instead, the very same values upcast (norms kept in fp32 beside bf16
-        activations, as apex's mixed fused norm takes them): the outputs within the
-        contract tolerance of the same-dtype call's, or a raise (a kernel may refuse
-        mixed dtypes, loudly). A kernel that reads the weight's memory as the
-        activations' type reinterprets its bits."""
-        ctx, op = self.ctx, self.ctx.op
+        activations, as apex's mixed fused norm takes them): the outputs and gradients
+        within twice the contract tolerance of the same-dtype call's, or a raise (a
+        kernel may refuse mixed dtypes, loudly). A kernel that reads the weight's memory
+        as the activations' type reinterprets its bits, in its forward or its backward."""
+        ctx = self.ctx
         if ctx.case.dtype == "fp32":
             return
-        head, _ = self._head(trial)
+        head, lead = self._head(trial)
         names = [k for k in self._shared_floats(head) if head[k].dtype != torch.float32]
         if not names:
             return
         wide = {k: v.float() if k in names else v for k, v in head.items()}
+        label = f"fp32 {', '.join(names)} in a {ctx.case.dtype} case"
         try:
-            got = ctx.call(ctx.to_device(wide))
+            pairs = self._value_pairs(trial, ctx.to_device(wide), ctx.to_device(head), lead)
         except WrongOutput:
             raise
         except CandidateFault as exc:
             if exc.out_of_memory:
                 raise
-            self.passed.append(f"fp32 {', '.join(names)} in a {ctx.case.dtype} case refused: {exc}")
+            self.passed.append(f"{label} refused: {exc}")
             return
-        label = f"fp32 {', '.join(names)} in a {ctx.case.dtype} case: output"
         before = len(self.problems)
-        for o, g, w in zip(op.outputs, got, ctx.call(ctx.to_device(head))):
-            tol = ctx.tolerance("forward_accuracy", o.name)
+        for what, tol, g, w in pairs:
             whose = f"the all-{ctx.case.dtype} call's"
-            self._close(f"{label} {o.name!r}", whose, tol, g, w, scale=2.0)
+            self._close(f"{label}: {what}", whose, tol, g, w, scale=2.0)
         if len(self.problems) == before:
-            self.passed.append(f"fp32 {', '.join(names)} in a {ctx.case.dtype} case")
+            self.passed.append(label)
+
+    def _value_pairs(self, trial: Trial, probe: dict, plain: dict, lead) -> list[tuple]:
+        """(what, tolerance, got, want) of each output and gradient of the calls on
+        ``probe`` against those on ``plain`` (a raise in ``probe``'s calls propagates)."""
+        ctx, op = self.ctx, self.ctx.op
+        pairs = [
+            (f"output {o.name!r}", ctx.tolerance("forward_accuracy", o.name), g, w)
+            for o, g, w in zip(op.outputs, ctx.call(probe), ctx.call(plain))
+        ]
+        if ctx.grad:
+            upstream = ctx.upstream(trial.seed, lead)
+            _, got = ctx.call_backward(probe, upstream)
+            _, want = ctx.call_backward(plain, upstream)
+            pairs += [
+                (f"gradient {n!r}", ctx.tolerance("backward_accuracy", n), got[n], want[n])
+                for n in want
+            ]
+        return pairs
 
     def _same_gradient_bits(
         self, label: str, upstream: list[torch.Tensor], views: dict, contiguous: dict

@@ -57,6 +57,7 @@ PLANTED_BUGS = [
     ("xhat-from-output", "backward_accuracy", "fp32", "NaN/Inf where gold is finite"),
     # an fp32 weight beside bf16 activations (apex's mixed fused norm)
     ("weight-read-as-x-dtype", "contract", "bf16", "fp32 weight in a bf16 case"),
+    ("weight-read-as-x-dtype-in-backward", "contract", "bf16", "case: gradient 'x'"),
 ]
 
 
