@@ -75,9 +75,14 @@ def linear_logp(
     target: torch.Tensor,
     bias: torch.Tensor | None = None,
 ):
+    check_arguments(weight, target, bias)
+    return _LinearLogp.apply(hidden, weight, target, bias)
+
+
+def check_arguments(weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None):
+    """Upstream's refusals: a bias that is not [V], a target outside [0, V)."""
     vocab = weight.shape[0]
     if bias is not None and tuple(bias.shape) != (vocab,):
         raise ValueError(f"bias must be 1-D [{vocab}], got {tuple(bias.shape)}")
     if bool(((target < 0) | (target >= vocab)).any()):
         raise ValueError(f"target ids must be in [0, {vocab}); mask padding before this op")
-    return _LinearLogp.apply(hidden, weight, target, bias)

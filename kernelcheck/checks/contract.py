@@ -23,6 +23,20 @@ from kernelcheck.checks.rows import flat_rows
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import eval_dim_expr
 
+# 2^6: exact in every float type. Standard normal logits reach +-180, past fp32 exp's
+# range (88.7); hidden states give logits of std 64; a 16-bit sum of squares overflows
+SCALE_UP = 64.0
+# autograd's loud refusals of a backward through a tensor edited in place: a saved
+# tensor's version counter, a view made under no_grad whose base was edited
+INPLACE_REFUSALS = ("modified by an inplace operation", "has been modified inplace")
+
+
+def times_scale_up(t: torch.Tensor) -> torch.Tensor:
+    """``t * SCALE_UP``, but an entry that would overflow its dtype (a 16-bit ``large``
+    row) keeps its value: the probe is about finite inputs."""
+    big = t * SCALE_UP
+    return torch.where(torch.isinf(big) & torch.isfinite(t), t, big)
+
 
 def plant_out_of_range(ctx, inputs: dict) -> tuple[list[int], list[int]]:
     """Put the op's out-of-range index values into every other row of ``inputs`` (in place),
@@ -72,9 +86,11 @@ class Contract(Check):
             self._strided_upstream,
             self._unused_outputs,
             self._edited_outputs,
+            self._edited_inputs,
             self._calls_in_flight,
             self._fp32_shared_inputs,
             self._updated_in_place,
+            self._scaled_up,
         )
         for part in probes:
             probe = part.__name__.strip("_")
@@ -452,6 +468,71 @@ class Contract(Check):
             ]
         return pairs
 
+    def _scaled_up(self, trial: Trial) -> None:
+        """The drawn row-wise float inputs (the case's distribution and what is related to
+        it) times SCALE_UP, where that stays finite: wherever the float64 gold of these
+        inputs (an output, a gradient) is finite and within half its dtype's range, the
+        candidate's must be finite. A softmax without its max subtraction (a fused
+        lm_head's, whose computed logits never leave +-10 at the grid's scales; a
+        backward's recomputed one) gives inf or NaN there. Judged for finiteness only:
+        at these magnitudes an honest fp32 kernel errs past the contract tolerance."""
+        ctx, op = self.ctx, self.ctx.op
+        head, lead = self._head(trial)
+        names = [
+            s.name
+            for s in op.inputs
+            if op.is_row_wise(s)
+            and s.values in ("case", "related")
+            and head[s.name].is_floating_point()
+        ]
+        if not names:
+            return
+        big = {k: times_scale_up(v) if k in names else v for k, v in head.items()}
+        label = f"{', '.join(names)} x{SCALE_UP:g}"
+        pairs = [
+            (f"output {o.name!r}", got, want)
+            for o, got, want in zip(
+                op.outputs, ctx.call(ctx.to_device(big)), gold.forward(op, ctx.gold_fn, big, lead)
+            )
+        ]
+        if ctx.grad:
+            upstream = ctx.upstream(trial.seed, lead)
+            _, got = ctx.call_backward(ctx.to_device(big), upstream)
+            want = self._gold_gradients(big, [u.cpu() for u in upstream], lead)
+            pairs += [(f"gradient {n!r}", got[n], want[n]) for n in want]
+        before = len(self.problems)
+        for what, got, want in pairs:
+            self._finite_where_gold_is(f"{label}: {what}", got, want)
+        if len(self.problems) == before:
+            self.passed.append(f"{label}: finite where the gold is")
+
+    def _gold_gradients(self, inputs: dict, upstream: list, lead) -> dict[str, torch.Tensor]:
+        """The float64 gold gradient of each grad input, whole (rows flattened)."""
+        ctx = self.ctx
+        parts: dict[str, list[torch.Tensor]] = {}
+        for _, grads in gold.backward_chunks(
+            ctx.op, ctx.gold_fn, inputs, upstream, lead, ctx.gold_backward_fn
+        ):
+            for name, g in grads.items():
+                parts.setdefault(name, []).append(g)
+        return {name: torch.cat([g.reshape(-1) for g in gs]) for name, gs in parts.items()}
+
+    def _finite_where_gold_is(self, what: str, got: torch.Tensor, want: torch.Tensor) -> None:
+        """A problem where ``got`` is NaN or Inf at an element whose gold is finite and
+        within half of ``got``'s dtype's range (past it, an honest rounding may overflow)."""
+        g, w = got.detach().cpu().reshape(-1), want.detach().cpu().double().reshape(-1)
+        if g.shape != w.shape or not g.is_floating_point():
+            return  # the shape and dtype probes report those
+        judged = torch.isfinite(w) & (w.abs() <= torch.finfo(g.dtype).max / 2)
+        bad = judged & ~torch.isfinite(g)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            self.problems.append(
+                f"{what}: {int(bad.sum())} of {int(judged.sum())} elements NaN/Inf where the "
+                f"float64 gold is finite; first at flat index {i}: {g[i].item()!r} vs "
+                f"{w[i].item()!r}"
+            )
+
     def _same_gradient_bits(
         self, label: str, upstream: list[torch.Tensor], views: dict, contiguous: dict
     ) -> None:
@@ -546,23 +627,53 @@ class Contract(Check):
                     refused.append(str(exc))
 
         _, want = self.ctx.call_backward(self.ctx.to_device(head), ups)
+
+        def edited() -> dict:
+            return self.ctx.call_backward(self.ctx.to_device(head), ups, edit=add_one)[1]
+
+        self._edit_verdict("an output", "(+1)", edited, want, "torch refuses" if refused else "")
+
+    def _edit_verdict(self, kind: str, how: str, edited, want: dict, note: str = "") -> None:
+        """``edited()``'s gradients (a backward after ``kind``s were edited in place
+        ``how``) must keep ``want``'s bits, or torch must refuse the backward loudly."""
         try:
-            _, got = self.ctx.call_backward(self.ctx.to_device(head), ups, edit=add_one)
+            got = edited()
         except CandidateFault as exc:
-            if "modified by an inplace operation" not in str(exc):
+            if not any(why in str(exc) for why in INPLACE_REFUSALS):
                 raise
-            self.passed.append("an output edited in place: autograd refuses")
+            self.passed.append(f"{kind} edited in place: autograd refuses")
             return
         before = len(self.problems)
         problem = (
-            "outputs edited in place (+1) before backward: gradient {} differs from the "
-            "unedited one's (the backward reads an output outside save_for_backward)"
+            f"{kind.split()[-1]}s edited in place {how} before backward: gradient {{}} differs "
+            f"from the unedited one's (the backward reads {kind} outside save_for_backward)"
         )
         self._same_gradients(problem, got, want)
         if len(self.problems) == before:
-            self.passed.append(
-                "an output edited in place: " + ("torch refuses" if refused else "same gradients")
-            )
+            self.passed.append(f"{kind} edited in place: {note or 'same gradients'}")
+
+    def _edited_inputs(self, trial: Trial) -> None:
+        """Every float input doubled in place (exact) between forward and backward, as a
+        caller's ``logits.div_(T)`` or ``masked_fill_`` before a later loss term edits
+        it: the gradients must keep their bits, or torch must refuse (autograd's version
+        counter on a saved tensor). A backward that kept an input outside
+        ``save_for_backward`` (``ctx.logits = logits``) silently reads the edited values."""
+        if not self.ctx.grad:
+            return
+        ctx = self.ctx
+        head, lead = self._head(trial)
+        ups = ctx.upstream(trial.seed, lead)
+        _, want = ctx.call_backward(ctx.to_device(head), ups)
+
+        def edited() -> dict:
+            args, outs = ctx.forward_with_grad(ctx.to_device(head), ups)
+            with torch.no_grad():
+                for v in args.values():
+                    if v.is_floating_point():
+                        v.mul_(2.0)
+            return ctx.backward_of(args, outs, ups)
+
+        self._edit_verdict("an input", "(x2)", edited, want)
 
     def _calls_in_flight(self, trial: Trial) -> None:
         """Two calls of one shape in flight (forward A, forward B, backward A, backward B:

@@ -34,6 +34,9 @@ PLANTED_BUGS = [
     ("clamps-targets", "contract", "target=-100 did not raise"),
     ("frozen-head-bf16-grad", "backward_accuracy", "gradient:hidden (weight frozen)"),
     ("weight-read-as-contiguous", "contract", "non-contiguous weight: output"),
+    # logits past exp's range: the grid's stay within +-10
+    ("no-max-subtraction", "contract", "hidden x64: output 'logp'"),
+    ("backward-softmax-unshifted", "contract", "hidden x64: gradient 'hidden'"),
 ]
 
 
