@@ -15,13 +15,13 @@ from collections.abc import Iterator
 
 import torch
 
-from kernelcheck import gold
+from kernelcheck import dtypes, gold
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import ErrorStats, bits, first_bit_difference
 from kernelcheck.checks.outcome import CandidateFault, Outcome, WrongOutput
 from kernelcheck.checks.rows import flat_rows
 from kernelcheck.checks.trial import Trial
-from kernelcheck.spec.model import eval_dim_expr
+from kernelcheck.spec.model import Tolerance, eval_dim_expr
 
 # 2^6: exact in every float type. Standard normal logits reach +-180, past fp32 exp's
 # range (88.7); hidden states give logits of std 64; a 16-bit sum of squares overflows
@@ -36,6 +36,19 @@ def times_scale_up(t: torch.Tensor) -> torch.Tensor:
     row) keeps its value: the probe is about finite inputs."""
     big = t * SCALE_UP
     return torch.where(torch.isinf(big) & torch.isfinite(t), t, big)
+
+
+def _wider(a: Tolerance | None, b: Tolerance | None) -> Tolerance | None:
+    """The looser of two tolerances, atol and rtol each (a 16-bit case's rows in fp32
+    keep the 16-bit spread, |logp| of hundreds, which the fp32 contract cannot judge)."""
+    if a is None or b is None:
+        return a or b
+    return Tolerance(max(a.atol, b.atol), max(a.rtol, b.rtol))
+
+
+def _overflows(before: torch.Tensor, after: torch.Tensor) -> bool:
+    """A finite value of ``before`` became infinite in ``after`` (its conversion)."""
+    return bool((torch.isfinite(before) & ~torch.isfinite(after)).any())
 
 
 def plant_out_of_range(ctx, inputs: dict) -> tuple[list[int], list[int]]:
@@ -91,6 +104,7 @@ class Contract(Check):
             self._fp32_shared_inputs,
             self._updated_in_place,
             self._scaled_up,
+            self._other_dtypes,
         )
         for part in probes:
             probe = part.__name__.strip("_")
@@ -505,6 +519,43 @@ class Contract(Check):
             self._finite_where_gold_is(f"{label}: {what}", got, want)
         if len(self.problems) == before:
             self.passed.append(f"{label}: finite where the gold is")
+
+    def _other_dtypes(self, trial: Trial) -> None:
+        """The same rows in each other dtype of the grid, one call after another in this
+        process, then in the case's dtype again: each within its dtype's contract
+        tolerance of the gold of its inputs, and the last call with the first call's
+        bits. A kernel cache keyed without the dtype (a build for one element type
+        reading another's memory) serves the wrong build; each case runs in a process of
+        its own, which would never see a second dtype otherwise."""
+        ctx, op = self.ctx, self.ctx.op
+        head, lead = self._head(trial)
+        cased = [
+            s.name for s in op.inputs if s.dtype == "case" and head[s.name].is_floating_point()
+        ]
+        others = [d for d in op.grid.dtypes if d != ctx.case.dtype]
+        if not cased or not others:
+            return
+        first = ctx.call(ctx.to_device(head))
+        before = len(self.problems)
+        for d in others:
+            inputs = {k: v.to(dtypes.torch_dtype(d)) if k in cased else v for k, v in head.items()}
+            if any(_overflows(head[k], inputs[k]) for k in cased):
+                continue  # a value past the dtype's range: another input, not this probe's
+            outs = ctx.call(ctx.to_device(inputs))
+            for o, g, w in zip(op.outputs, outs, gold.forward(op, ctx.gold_fn, inputs, lead)):
+                own = op.tolerance("forward_accuracy", d, o.name)
+                tol = _wider(own, ctx.tolerance("forward_accuracy", o.name))
+                what = f"{d} inputs after a {ctx.case.dtype} call: output {o.name!r}"
+                self._close(what, "the gold's", tol, g, w)
+        for o, a, b in zip(op.outputs, first, ctx.call(ctx.to_device(head))):
+            if not bool((bits(a.cpu()) == bits(b.cpu())).all()):
+                self.problems.append(
+                    f"output {o.name!r} after calls in {', '.join(others)} differs from the "
+                    f"same {ctx.case.dtype} call's before them: "
+                    + first_bit_difference(b.cpu(), a.cpu())
+                )
+        if len(self.problems) == before:
+            self.passed.append(f"calls in {', '.join(others)} between two in {ctx.case.dtype}")
 
     def _gold_gradients(self, inputs: dict, upstream: list, lead) -> dict[str, torch.Tensor]:
         """The float64 gold gradient of each grad input, whole (rows flattened)."""

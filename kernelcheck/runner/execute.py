@@ -7,14 +7,14 @@ the signal or exit code, reported on the check and the step that was running. In
 process (``--no-isolate``, for debugging), a per-case timeout is a SIGALRM that raises
 :class:`CaseTimeout` in the candidate's Python code.
 
-A verdict must not depend on what ran before it. Isolated, a candidate's cases of one
-shape share a process, and its first case of another shape gets a fresh one, forked from
-the worker's pristine state (``runner/worker.py``): a JIT-compiling candidate cannot
-carry a kernel compiled for one shape into the judgment of another, nor leave memory,
-caches or module state behind. In process nothing can be restarted: a candidate keeps
-what earlier cases left in the process, so only isolated verdicts are independent of the
-plan's order. Either way what the candidate allocates reads NaN until written
-(``runner/poison.py``).
+A verdict must not depend on what ran before it. Isolated, each case (a candidate at one
+shape, dtype and set of attributes) gets a fresh process, forked from the worker's
+pristine state (``runner/worker.py``): a JIT-compiling candidate cannot carry a kernel
+compiled for one shape or dtype into the judgment of another, nor leave memory, caches
+or module state behind, and a failing case's repro, run alone, meets what it met. In
+process nothing can be restarted: a candidate keeps what earlier cases left in the
+process, so only isolated verdicts are independent of the plan's order. Either way what
+the candidate allocates reads NaN until written (``runner/poison.py``).
 """
 
 from __future__ import annotations
@@ -132,14 +132,17 @@ def _describe_exit(code: int | None) -> str:
 
 
 def process_key(case: Case) -> tuple:
-    """What a case process is kept for: one candidate at one shape (a dtype or attribute
-    change keeps the process; another shape or another candidate forks a fresh one)."""
-    return (case.candidate, case.shape)
+    """What a case process is kept for: one candidate at one shape, dtype and set of
+    attributes (a kernel cache keyed without the dtype, or built with a temperature
+    baked in, fails every case after the first otherwise: a repro, run alone, passed);
+    anything else forks a fresh one. The same case again (another shard's seeds, a
+    rerun after a fault) keeps it."""
+    return (case.candidate, case.shape, case.dtype, case.attrs)
 
 
 def needs_fresh_process(last: tuple | None, case: Case) -> bool:
     """A case runs in a fresh process unless its worker's last case had the same
-    candidate and shape (``None``: the worker has run nothing yet, it is fresh)."""
+    process key (``None``: the worker has run nothing yet, it is fresh)."""
     return last is not None and last != process_key(case)
 
 

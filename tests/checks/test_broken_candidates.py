@@ -34,6 +34,7 @@ BROKEN = [
     ("upstream_by_last_stride", "contract", "fp32", "normal", "broadcast over the last dim"),
     ("gradient_scaled_in_place", "contract", "fp32", "normal", "a second backward through one"),
     ("logits_kept_on_ctx", "contract", "fp32", "normal", "inputs edited in place (x2)"),
+    ("kernel_cache_without_dtype", "contract", "fp32", "normal", "inputs after a fp32 call"),
     ("rows_by_one_stride", "contract", "fp32", "normal", "shifted-token view: output"),
     ("targets_by_one_stride", "contract", "fp32", "normal", "shifted-token view: output"),
     ("backward_rows_by_one_stride", "contract", "fp32", "normal", "shifted-token view: gradient"),

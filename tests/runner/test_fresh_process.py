@@ -25,9 +25,10 @@ def _case(vocab: int, dtype: str = "fp32", cand: str = "x") -> Case:
     return Case("logp", cand, "cpu", dtype, (("batch", 2), ("vocab", vocab)), (0,), ("normal",))
 
 
-def test_a_new_shape_or_candidate_gets_a_fresh_process_and_a_new_dtype_does_not():
+def test_a_new_shape_dtype_or_candidate_gets_a_fresh_process_and_the_same_case_does_not():
     assert not needs_fresh_process(None, _case(257))  # a new worker is fresh
-    assert not needs_fresh_process(process_key(_case(257)), _case(257, "bf16"))
+    assert not needs_fresh_process(process_key(_case(257)), _case(257))
+    assert needs_fresh_process(process_key(_case(257)), _case(257, "bf16"))
     assert needs_fresh_process(process_key(_case(257)), _case(1000))
     assert needs_fresh_process(process_key(_case(257)), _case(257, cand="y"))
 
@@ -74,3 +75,25 @@ def test_a_shape_after_another_is_judged_as_when_it_runs_alone(catalog):
     assert both["first"] == {"2x16x257": "fail", "2x3x1000": "fail"}
     assert alone["first"] == {"2x3x1000": "fail"}
     assert set(both["torch"].values()) == {"pass"}
+
+
+@pytest.mark.slow
+def test_each_dtype_is_judged_as_when_it_runs_alone(catalog, monkeypatch):
+    """A kernel cache keyed without the dtype: sharing one process, the dtype that came
+    second failed forward_accuracy, and its repro (that dtype alone) passed. Each dtype
+    now gets a process of its own, and contract's calls in the other dtypes fail it in
+    every case, alone or not."""
+    from kernelcheck import api
+
+    monkeypatch.setattr(api, "concurrency", lambda *args: 1)  # one worker: one after another
+    cat = with_candidate(catalog, "cached", "broken_logp:kernel_cache_without_dtype", isolate=True)
+    statuses = {}
+    for dtypes in ("fp32,bf16", "bf16"):
+        report = api.run(cat, "logp", candidate_names=["cached"], device="cpu",
+                         dtype_names=dtypes, shape=A, seeds=[0], distributions="normal",
+                         check_names=["forward_accuracy", "contract"],
+                         attributes={"with_mask": False}, sweeps=False)  # fmt: skip
+        statuses[dtypes] = {(r.dtype, r.check): r.status for r in report.results}
+    assert statuses["fp32,bf16"][("bf16", "forward_accuracy")] == "pass"
+    assert statuses["fp32,bf16"][("bf16", "contract")] == "fail"
+    assert statuses["bf16"] == {("bf16", "forward_accuracy"): "pass", ("bf16", "contract"): "fail"}
