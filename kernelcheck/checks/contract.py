@@ -31,10 +31,10 @@ SCALE_UP = 64.0
 INPLACE_REFUSALS = ("modified by an inplace operation", "has been modified inplace")
 
 
-def times_scale_up(t: torch.Tensor) -> torch.Tensor:
-    """``t * SCALE_UP``, but an entry that would overflow its dtype (a 16-bit ``large``
+def times_scale_up(t: torch.Tensor, factor: float) -> torch.Tensor:
+    """``t * factor``, but an entry that would overflow its dtype (a 16-bit ``large``
     row) keeps its value: the probe is about finite inputs."""
-    big = t * SCALE_UP
+    big = t * factor
     return torch.where(torch.isinf(big) & torch.isfinite(t), t, big)
 
 
@@ -72,7 +72,8 @@ class Contract(Check):
     name = "contract"
     uses = frozenset({"outputs"})
     small_inputs = True
-    PARAMS = {"max_seeds": 1, "rows": 16}
+    # scale_up: the drawn inputs' factor in _scaled_up (a power of two; 0: no such probe)
+    PARAMS = {"max_seeds": 1, "rows": 16, "scale_up": SCALE_UP}
     summary = "dtype, shape, out-of-range -> exact value, empty input, strided == contiguous bits"
 
     def __init__(self, ctx, params=None):
@@ -484,13 +485,16 @@ class Contract(Check):
 
     def _scaled_up(self, trial: Trial) -> None:
         """The drawn row-wise float inputs (the case's distribution and what is related to
-        it) times SCALE_UP, where that stays finite: wherever the float64 gold of these
+        it) times ``scale_up``, where that stays finite: wherever the float64 gold of these
         inputs (an output, a gradient) is finite and within half its dtype's range, the
         candidate's must be finite. A softmax without its max subtraction (a fused
         lm_head's, whose computed logits never leave +-10 at the grid's scales; a
         backward's recomputed one) gives inf or NaN there. Judged for finiteness only:
-        at these magnitudes an honest fp32 kernel errs past the contract tolerance."""
-        ctx, op = self.ctx, self.ctx.op
+        at these magnitudes an honest fp32 kernel errs past the contract tolerance. An op
+        whose own math overflows there (ratio_kl's exp(d)) sets ``scale_up = 0``."""
+        ctx, op, factor = self.ctx, self.ctx.op, float(self.params["scale_up"])
+        if factor <= 1.0:
+            return
         head, lead = self._head(trial)
         names = [
             s.name
@@ -501,8 +505,8 @@ class Contract(Check):
         ]
         if not names:
             return
-        big = {k: times_scale_up(v) if k in names else v for k, v in head.items()}
-        label = f"{', '.join(names)} x{SCALE_UP:g}"
+        big = {k: times_scale_up(v, factor) if k in names else v for k, v in head.items()}
+        label = f"{', '.join(names)} x{factor:g}"
         pairs = [
             (f"output {o.name!r}", got, want)
             for o, got, want in zip(
