@@ -289,11 +289,12 @@ class Contract(Check):
 
     def _strided(self, trial: Trial) -> None:
         """Non-contiguous inputs give the bits of their contiguous copies, forward and
-        backward: rows padded, every other column, every other row, and the
-        shifted-token views of RL (``logits[:, :-1]`` with ``ids[:, 1:]``), whose lead dims
-        do not flatten into one stride: a kernel that addresses rows as
-        ``row * stride(-2)`` reads other rows. Each view on its own: one that raises (a
-        ``fail``, named) never hides the next."""
+        backward: rows padded (all row-wise inputs, then each alone), every other column,
+        every other row, and the shifted-token views of RL (``logits[:, :-1]`` with
+        ``ids[:, 1:]``), whose lead dims do not flatten into one stride: a kernel that
+        addresses rows as ``row * stride(-2)``, or every operand by one operand's strides,
+        reads other rows. Each view on its own: one that raises (a ``fail``, named) never
+        hides the next."""
         before = len(self.problems)
         for label, views, lead in self._strided_views(trial):
             contiguous = {k: v.contiguous() for k, v in views.items()}
@@ -321,6 +322,13 @@ class Contract(Check):
                 v = wide[..., : v.shape[-1]]
             padded[k] = v
         yield "row-padded view", padded, (n,)
+        # each alone, the others contiguous: a kernel that addresses every operand by one
+        # operand's strides (a fused activation's up by gate's) reads other rows
+        floats = [
+            k for k, v in head.items() if row_wise[k] and v.is_floating_point() and v.dim() > 1
+        ]
+        for k in floats if len(floats) > 1 else []:
+            yield f"row-padded {k} alone", {**self.ctx.to_device(head), k: padded[k]}, (n,)
         columns = {}  # every other column of rows twice as wide: stride(-1) == 2
         for k, v in self.ctx.to_device(head).items():
             if row_wise[k] and v.is_floating_point() and v.dim() > 1:

@@ -31,6 +31,7 @@ PLANTED_BUGS = [
     ("batch-dependent", "forward_invariance", "fp32", "differ in bits"),
     ("in-place", "integrity", "fp32", "changed input 'gate'"),
     ("unit-column-stride", "contract", "fp32", "column-strided view"),
+    ("up-by-gates-strides", "contract", "fp32", "row-padded up alone"),
     ("exp-ratio-sigmoid", "forward_accuracy", "bf16", "NaN"),
 ]
 
