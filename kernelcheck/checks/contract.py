@@ -103,6 +103,7 @@ class Contract(Check):
             self._edited_inputs,
             self._calls_in_flight,
             self._fp32_shared_inputs,
+            self._narrow_shared_inputs,
             self._updated_in_place,
             self._scaled_up,
             self._other_dtypes,
@@ -470,6 +471,40 @@ class Contract(Check):
         for what, tol, g, w in pairs:
             whose = f"the all-{ctx.case.dtype} call's"
             self._close(f"{label}: {what}", whose, tol, g, w, scale=2.0)
+        if len(self.problems) == before:
+            self.passed.append(label)
+
+    def _narrow_shared_inputs(self, trial: Trial) -> None:
+        """In an fp32 case, the shared float inputs rounded to bf16 (16-bit norm weights
+        beside an fp32 residual stream): each output in the dtype the spec gives it and
+        within the contract tolerance of the gold of the rounded inputs, or a raise. A
+        kernel that returns ``y.type_as(weight)`` rounds an fp32 output to 8 bits."""
+        ctx, op = self.ctx, self.ctx.op
+        if ctx.case.dtype != "fp32":
+            return
+        head, lead = self._head(trial)
+        names = self._shared_floats(head)
+        if not names:
+            return
+        narrow = {k: v.bfloat16() if k in names else v for k, v in head.items()}
+        label = f"bf16 {', '.join(names)} in an fp32 case"
+        try:
+            outs = ctx.call(ctx.to_device(narrow))
+        except CandidateFault as exc:
+            if exc.out_of_memory:
+                raise
+            self.passed.append(f"{label} refused: {exc}")
+            return
+        before = len(self.problems)
+        for i, (o, g, w) in enumerate(
+            zip(op.outputs, outs, gold.forward(op, ctx.gold_fn, narrow, lead))
+        ):
+            want_dtype = ctx.expected_dtype(i)
+            if g.dtype != want_dtype:
+                self.problems.append(f"{label}: output {o.name!r} dtype {g.dtype} != {want_dtype}")
+                continue
+            tol = ctx.tolerance("forward_accuracy", o.name)
+            self._close(f"{label}: output {o.name!r}", "the gold's", tol, g, w)
         if len(self.problems) == before:
             self.passed.append(label)
 

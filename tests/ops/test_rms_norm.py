@@ -58,6 +58,8 @@ PLANTED_BUGS = [
     # an fp32 weight beside bf16 activations (apex's mixed fused norm)
     ("weight-read-as-x-dtype", "contract", "bf16", "fp32 weight in a bf16 case"),
     ("weight-read-as-x-dtype-in-backward", "contract", "bf16", "case: gradient 'x'"),
+    # bf16 norm weights beside an fp32 residual stream
+    ("output-type-as-weight", "contract", "fp32", "bf16 weight in an fp32 case"),
 ]
 
 
