@@ -458,14 +458,10 @@ class Contract(Check):
             return
         wide = {k: v.float() if k in names else v for k, v in head.items()}
         label = f"fp32 {', '.join(names)} in a {ctx.case.dtype} case"
-        try:
-            pairs = self._value_pairs(trial, ctx.to_device(wide), ctx.to_device(head), lead)
-        except WrongOutput:
-            raise
-        except CandidateFault as exc:
-            if exc.out_of_memory:
-                raise
-            self.passed.append(f"{label} refused: {exc}")
+        pairs = self._unless_refused(
+            label, lambda: self._value_pairs(trial, ctx.to_device(wide), ctx.to_device(head), lead)
+        )
+        if pairs is None:
             return
         before = len(self.problems)
         for what, tol, g, w in pairs:
@@ -488,12 +484,8 @@ class Contract(Check):
             return
         narrow = {k: v.bfloat16() if k in names else v for k, v in head.items()}
         label = f"bf16 {', '.join(names)} in an fp32 case"
-        try:
-            outs = ctx.call(ctx.to_device(narrow))
-        except CandidateFault as exc:
-            if exc.out_of_memory:
-                raise
-            self.passed.append(f"{label} refused: {exc}")
+        outs = self._unless_refused(label, lambda: ctx.call(ctx.to_device(narrow)))
+        if outs is None:
             return
         before = len(self.problems)
         for i, (o, g, w) in enumerate(
@@ -507,6 +499,20 @@ class Contract(Check):
             self._close(f"{label}: output {o.name!r}", "the gold's", tol, g, w)
         if len(self.problems) == before:
             self.passed.append(label)
+
+    def _unless_refused(self, label: str, call):
+        """``call()``'s result, or None where the candidate refused the call loudly (a raise,
+        neither out of memory nor a wrong output), noted as passed: mixed dtypes may be
+        refused, never misread."""
+        try:
+            return call()
+        except WrongOutput:
+            raise
+        except CandidateFault as exc:
+            if exc.out_of_memory:
+                raise
+            self.passed.append(f"{label} refused: {exc}")
+            return None
 
     def _value_pairs(self, trial: Trial, probe: dict, plain: dict, lead) -> list[tuple]:
         """(what, tolerance, got, want) of each output and gradient of the calls on
