@@ -16,6 +16,7 @@ from kernelcheck.cases import run_folder
 from kernelcheck.cases.grid import Case, fmt_attr, parse_shard, shard, share_invariance_pools
 from kernelcheck.cases.inputs import DISTRIBUTIONS, inner_shape, is_distribution
 from kernelcheck.checks import CHECKS, Outcome
+from kernelcheck.checks.shape_sweep import LONG_ROWS
 from kernelcheck.compare import op_spec_digest, plan_digest
 from kernelcheck.errors import Interrupted, SpecError, UsageError
 from kernelcheck.fresh_memory import poisoned_allocations
@@ -315,11 +316,16 @@ def _sweep_gaps(spec: OpSpec, dts, checks, sweeps: bool, shapes: list) -> dict[s
     if len(dts) > 1:
         what = f"{', '.join(left)} at {values} for {', '.join(dts[1:])}"
         gaps[what] = (
-            f"attribute sweeps judge bitwise invariance at {dts[0]}; every dtype at the defaults"
+            f"attribute sweeps judge bitwise invariance and the size edges at {dts[0]}; "
+            "every dtype at the defaults"
         )
-    for k in sweep_shapes(spec, shapes)[1:]:
+    if "shape_sweep" in left:
+        what = f"shape_sweep's residues mod 64 and its {LONG_ROWS}-row lead at {values}"
+        gaps[what] = "attribute sweeps take the size edges (1-16, 2^k-1/2^k/2^k+1, vocabularies)"
+    bitwise = [n for n in left if n != "shape_sweep"]  # the sweep does not use the shape
+    for k in sweep_shapes(spec, shapes)[1:] if bitwise else []:
         size = "x".join(str(v) for v in shapes[k].values())
-        gaps[f"{', '.join(left)} at {values} at {size}"] = (
+        gaps[f"{', '.join(bitwise)} at {values} at {size}"] = (
             "the sweeps' long-row shape judges an attribute across tiles (accuracy, precision, "
             "contract); its invariance is judged at the first shape and at the defaults here"
         )
@@ -364,7 +370,7 @@ def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sw
     # a fresh case process per shape, not per (dtype, shape) (runner/execute.py)
     for (k, s), d in itertools.product(enumerate(shapes), dts):
         for a, c in itertools.product([a for a in sets if k in at or not a.sweep], runnable):
-            own = tuple(n for n in checks if n != "shape_sweep" or (k == 0 and not a.sweep))
+            own = tuple(n for n in checks if n != "shape_sweep" or k == 0)
             if a.sweep and (d != dts[0] or k != 0):  # invariance: first dtype, first shape
                 own = tuple(n for n in own if n not in swept_at_first_dtype(own))
             if not own:

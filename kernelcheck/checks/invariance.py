@@ -187,11 +187,27 @@ class _Invariance(Check):
     def big_rows(self, rows: int) -> int:
         """The one batch's rows: ``big_rows`` (16,384), fewer at long rows, as many as hold
         ``big_elements`` (80M: 320 MiB of fp32, past the 256 MiB where kernels commonly
-        switch strategy), within POOL_BYTES of inputs; never fewer than the R rows."""
+        switch strategy), within POOL_BYTES of inputs; never fewer than the R rows. An
+        attribute sweep's widest set (:meth:`sweeps_big`) takes ``big_elements`` at short
+        rows too: the grid's long-row shapes reach it at the grid's attributes only."""
         itemsize = dtypes.torch_dtype(self.ctx.case.dtype).itemsize
-        per_row = self._row_bytes(1)
-        want = min(int(self.params["big_rows"]), -(-int(self.params["big_elements"]) // per_row))
+        elements = int(self.params["big_elements"])
+        want = min(int(self.params["big_rows"]), -(-elements // self._row_bytes(1)))
+        if self.sweeps_big():  # by the work per row (linear_logp's hidden x vocab)
+            work = math.prod(n for d, n in self.ctx.sizes.items() if d not in self.ctx.op.lead)
+            want = max(want, elements // max(1, work))
         return max(rows, min(want, POOL_BYTES // self._row_bytes(itemsize)))
+
+    def sweeps_big(self) -> bool:
+        """Whether this case's one batch reaches ``big_elements`` whatever its row length:
+        it sets as many attributes off the grid as the attribute sweeps combine (two, or
+        the one an op sweeps), each at its first sweep value, so each swept attribute
+        meets a kernel's large-batch path (a temperature forgotten past 2^25 logits)
+        once, and a repro pinning them does too."""
+        op, attrs = self.ctx.op, self.ctx.case.attributes
+        off = op.off_grid(attrs)
+        firsts = all(op.attribute_sweeps.get(n, (None,))[0] == attrs[n] for n in off)
+        return bool(off) and firsts and len(off) >= min(2, len(op.attribute_sweeps))
 
     def observe(self, trial: Trial) -> None:
         own = self._own_rows(trial)  # before the pool: a Qwen3 trial's results go first

@@ -28,6 +28,11 @@ rows the honest reference's largest error is too unsteady a yardstick (the shipp
 sweep's time; a tail error inside a 16-bit contract tolerance is left to the grid's
 shapes. The sweep does not depend on the case's own shape: it runs once per (candidate,
 dtype, attributes), in the grid's first shape's case.
+
+An attribute sweep (a value off the grid's: a temperature, an eps) runs it too, at the
+grid's first dtype and without the residues mod 64: a kernel's wide or tiled path that
+forgets the attribute (an eps hard-coded past hidden 4,096, a temperature dropped on
+the long-row path) shows at the size edges, where those paths begin.
 """
 
 from __future__ import annotations
@@ -76,12 +81,14 @@ def tiled_base(largest: int | None = None) -> int:
     return base
 
 
-def sweep_sizes(dim: str = "", largest: int | None = None) -> list[int]:
+def sweep_sizes(dim: str = "", largest: int | None = None, residues: bool = True) -> list[int]:
     """The reduced-dim sizes, ascending: 1..16, every residue mod 64 past SWEEP_BASE and
-    past the tiled base, 2^k - 1, 2^k, 2^k + 1 for k = 1..MAX_POWER; MODEL_VOCABS too for
-    ``dim`` VOCAB_DIM; none past ``largest`` (a spec's ``sweep_max``)."""
+    past the tiled base (unless not ``residues``), 2^k - 1, 2^k, 2^k + 1 for k =
+    1..MAX_POWER; MODEL_VOCABS too for ``dim`` VOCAB_DIM; none past ``largest`` (a spec's
+    ``sweep_max``)."""
     sizes = set(range(1, SMALL_SIZES + 1)) | (set(MODEL_VOCABS) if dim == VOCAB_DIM else set())
-    sizes |= {base + r for base in (SWEEP_BASE, tiled_base(largest)) for r in range(RESIDUES)}
+    if residues:
+        sizes |= {b + r for b in (SWEEP_BASE, tiled_base(largest)) for r in range(RESIDUES)}
     for k in range(1, MAX_POWER + 1):
         sizes |= {2**k - 1, 2**k, 2**k + 1}
     return sorted(s for s in sizes if s >= 1 and (largest is None or s <= largest))
@@ -103,8 +110,9 @@ def lead_sizes(op: OpSpec, rows: int) -> dict[str, int]:
     return out
 
 
-def sweep_shapes(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
-    """(label, sizes) of every swept shape, dim by dim, ascending; the long lead last.
+def sweep_shapes(op: OpSpec, rows: int, residues: bool = True) -> list[tuple[str, dict[str, int]]]:
+    """(label, sizes) of every swept shape, dim by dim, ascending; the long lead last;
+    the residues mod 64 left out unless ``residues``.
 
     While one dim is swept the other inner dims sit at their defaults, at most
     ``OTHER_INNER`` (linear_logp's weight is vocab x hidden: a 2^17 hidden at the default
@@ -116,9 +124,9 @@ def sweep_shapes(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
     shapes = []
     for dim in swept_dims(op):
         others = {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
-        for size in sweep_sizes(dim, op.dims[dim].sweep_max):
+        for size in sweep_sizes(dim, op.dims[dim].sweep_max, residues):
             shapes.append((f"{dim}={size}", {**lead_sizes(op, rows), **others, dim: size}))
-    if op.lead:
+    if op.lead and residues:
         widest = max(inner, key=inner.get) if inner else None
         long = {d: min(v, LONG_INNER if d == widest else OTHER_INNER) for d, v in inner.items()}
         shapes.append((f"{LONG_ROWS} rows", {**lead_sizes(op, LONG_ROWS), **long}))
@@ -134,6 +142,7 @@ class ShapeSweep(Check):
     small_inputs = True
     draws_own = True
     shrinkable = False  # it never depends on the case's own shape: the message names one
+    sweep_first_dtype_only = True
     summary = (
         "forward and backward within the contract tolerance at tail sizes: every residue "
         "mod 64 in one tile and past several, 2^k-1/2^k/2^k+1 up to 2^17, real models' "
@@ -169,7 +178,9 @@ class ShapeSweep(Check):
         # every distribution of the case, one row each (a mixed trial deals them in turn)
         dist = MIX.join(self.ctx.case.distributions)
         rows = max(3, len(parts_of(dist)))
-        for label, sizes in sweep_shapes(self.ctx.op, rows):
+        case = self.ctx.case
+        edges_only = bool(self.ctx.op.off_grid(case.attributes))
+        for label, sizes in sweep_shapes(self.ctx.op, rows, residues=not edges_only):
             if self.failed is not None:
                 return
             self.progress(label)

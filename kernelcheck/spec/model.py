@@ -293,6 +293,12 @@ class OpSpec:
         """Attributes that switch an input on (``when``): never keyword arguments."""
         return frozenset(i.when for i in self.inputs if i.when)
 
+    def off_grid(self, attrs: dict) -> tuple[str, ...]:
+        """The attributes ``attrs`` sets to a value that is not one of the grid's (an
+        attribute sweep's or an ``--attr``'s): what runs at the grid's shapes only here."""
+        grid = self.attributes
+        return tuple(n for n, v in attrs.items() if n in grid and v not in grid[n])
+
     def for_attributes(self, attrs: dict) -> OpSpec:
         """The op as one case sees it (attributes not in ``attrs`` at their defaults):
         inputs switched off left out, with the contract rules that read them, and those

@@ -92,8 +92,9 @@ def test_the_big_batch_stays_within_its_byte_budget(catalog, dtype, itemsize):
     from kernelcheck.checks.context import CaseContext
     from kernelcheck.checks.invariance import ForwardInvariance
 
-    def rows_at(vocab: int) -> int:
-        case = Case("logp", "torch", "cpu", dtype, (("batch", 8), ("vocab", vocab)), (0,), ())
+    def rows_at(vocab: int, attrs=()) -> int:
+        shape = (("batch", 8), ("vocab", vocab))
+        case = Case("logp", "torch", "cpu", dtype, shape, (0,), (), attrs=attrs)
         ctx = CaseContext(catalog.ops["logp"], case, None, None, None, torch.device("cpu"), True)
         check = ForwardInvariance(ctx)
         return check.big_rows(check.pool_rows())
@@ -102,6 +103,29 @@ def test_the_big_batch_stays_within_its_byte_budget(catalog, dtype, itemsize):
     assert big == 553 and 256 << 20 < big * 151936 * 4
     assert rows_at(257) == 16384
     assert 8000 < rows_at(10000) < 8400  # as many as hold 80M elements
+    # both swept attributes off the grid: 80M elements at every row length
+    both = (("temperature", 0.7), ("with_mask", True))
+    assert rows_at(257, both) == (5 << 24) // 257 and rows_at(257, both[:1]) == 16384
+    assert rows_at(151936, both) == 553
+
+
+def test_an_attribute_forgotten_past_2_25_logits_fails_in_the_widest_sweep(catalog):
+    """The grid's long-row shapes reach 80M elements at the default attributes only: the
+    sweep that sets both swept attributes off the grid takes 80M elements at V = 257 as
+    well (326,404 rows), where a streaming path that drops the temperature shows; a
+    single attribute's sweep keeps 16,384 rows, and the honest candidate passes."""
+    both = {"temperature": 0.7, "with_mask": True}
+    bug = _run(catalog, "streaming_path_drops_temperature", ["forward_invariance"], attributes=both)
+    res = bug["forward_invariance"]
+    assert res.status == "fail" and "one batch of 326404" in res.message, res.message
+    one = {"temperature": 0.7}
+    res = _run(catalog, "streaming_path_drops_temperature", ["forward_invariance"], attributes=one)
+    assert res["forward_invariance"].status == "pass"
+    assert "one batch of 16384 (3-D)" in res["forward_invariance"].plots["invariance"]
+    honest = run_small(catalog, "torch", CHECKS, shape=SHAPE, seeds=[0], attributes=both)
+    for r in honest.values():
+        assert r.status == "pass", r.message
+        assert "one batch of 326404 (3-D)" in r.plots["invariance"]
 
 
 def test_a_second_shape_of_the_same_rows_judges_its_own_batch_only(catalog):

@@ -121,6 +121,41 @@ def test_the_sweep_runs_once_per_candidate_dtype_and_attributes(catalog):
     assert not with_sweep[0].attrs or not with_sweep[0].shown
 
 
+def test_an_attribute_sweep_takes_the_size_edges_where_a_wide_path_forgets_it(catalog):
+    """rms_norm with eps hard-coded at its default past hidden 4,096 (no grid shape is
+    wider): the defaults pass; the eps = 1e-5 sweep's shape_sweep, at the first dtype
+    and without the residues mod 64 or the long lead, fails at hidden 4,097."""
+    from tests.conftest import with_op_candidate
+
+    cat = with_op_candidate(catalog, "rms_norm", "bug", "broken_rms_norm:eps_fixed_past_4096")
+    plan = api.plan(cat, "rms_norm", candidate_names=["bug"], device="cpu", sweeps=True)
+    planned = {(c.dtype, c.attributes["eps"]) for c in plan.cases if "shape_sweep" in c.checks}
+    assert planned == {
+        ("fp32", 1e-6),
+        ("bf16", 1e-6),
+        ("fp16", 1e-6),
+        ("fp32", 1e-5),
+        ("fp32", 1e-3),
+    }
+    report = api.run(
+        cat,
+        "rms_norm",
+        candidate_names=["bug"],
+        device="cpu",
+        dtype_names="fp32",
+        check_names=["shape_sweep"],
+        seeds=[0],
+        isolate=False,
+        sweeps=True,
+    )
+    by_eps = {r.attributes.get("eps", 1e-6): r for r in report.results}
+    assert by_eps[1e-6].status == "pass", by_eps[1e-6].message
+    assert by_eps[1e-6].metrics["shapes"] == len(sweep_sizes("hidden")) + 1
+    for eps in (1e-5, 1e-3):
+        assert by_eps[eps].status == "fail" and "at hidden=4097" in by_eps[eps].message
+    assert by_eps[1e-5].metrics["shapes"] < len(sweep_sizes("hidden", residues=False))
+
+
 def test_a_chunked_weight_gradient_that_overwrites_fails_at_the_long_lead(catalog):
     """linear_logp's backward chunked over 2^24 logits, storing dW with = instead of +=:
     exact with one chunk (every grid shape), wrong at 65,537 tokens."""
