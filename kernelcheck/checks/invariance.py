@@ -14,9 +14,10 @@ each of these layouts:
   other address alignments, with another thread count than alone;
 - ``one batch``: the R rows, each several times over, in one batch of ``big_rows``
   (16,384: an RL micro-batch of 8k-16k tokens) rows, or at long rows of as many as hold
-  ``big_elements`` (80M, 320 MiB of fp32: 553 rows at the Qwen3 vocab), with a 3-D lead
-  shape (``lead_3d``) when it factors: the scale where a kernel switches strategy (split
-  reductions, another block count, a size threshold);
+  ``big_elements`` (80M, 320 MiB of fp32: 553 rows at the Qwen3 vocab), or of as many
+  as take ``big_work`` (2^31) products of the row's dims (linear_logp's tokens x hidden
+  x vocab), with a 3-D lead shape (``lead_3d``) when it factors: the scale where a
+  kernel switches strategy (split reductions, another block count, a size threshold);
 - ``own batch``: up to ``own_rows`` rows of the case's own trial, whose batch call the
   accuracy checks made, against the same rows alone: the case's real shape. A case whose
   pool an earlier case of the plan judges (``Case.pool_judged_in``: only the lead shape
@@ -138,6 +139,7 @@ class _Invariance(Check):
         "misaligned": True,
         "big_rows": 16384,
         "big_elements": 5 << 24,
+        "big_work": 1 << 31,
         "own_rows": 32,
     }
 
@@ -189,13 +191,16 @@ class _Invariance(Check):
         ``big_elements`` (80M: 320 MiB of fp32, past the 256 MiB where kernels commonly
         switch strategy), within POOL_BYTES of inputs; never fewer than the R rows. An
         attribute sweep's widest set (:meth:`sweeps_big`) takes ``big_elements`` at short
-        rows too: the grid's long-row shapes reach it at the grid's attributes only."""
+        rows too: the grid's long-row shapes reach it at the grid's attributes only. At
+        most ``big_work`` (2^31) products of the non-lead dims: linear_logp's 16,384
+        tokens at hidden 1,024 and vocab 1,000 would be 17 G multiply-adds, 2,048 are 2 G."""
         itemsize = dtypes.torch_dtype(self.ctx.case.dtype).itemsize
         elements = int(self.params["big_elements"])
+        work = max(1, math.prod(n for d, n in self.ctx.sizes.items() if d not in self.ctx.op.lead))
         want = min(int(self.params["big_rows"]), -(-elements // self._row_bytes(1)))
         if self.sweeps_big():  # by the work per row (linear_logp's hidden x vocab)
-            work = math.prod(n for d, n in self.ctx.sizes.items() if d not in self.ctx.op.lead)
-            want = max(want, elements // max(1, work))
+            want = max(want, elements // work)
+        want = min(want, int(self.params["big_work"]) // work)
         return max(rows, min(want, POOL_BYTES // self._row_bytes(itemsize)))
 
     def sweeps_big(self) -> bool:

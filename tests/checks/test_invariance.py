@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kernelcheck.checks.invariance import ODD_SIZES, thread_counts
-from tests.conftest import run_fp32, run_small, with_candidate, with_grid_shapes
+from tests.conftest import run_fp32, run_one, run_small, with_candidate, with_grid_shapes
 
 SHAPE = {"batch": 2, "seq": 16, "vocab": 257}
 CHECKS = ["forward_invariance", "backward_invariance"]
@@ -126,6 +126,24 @@ def test_an_attribute_forgotten_past_2_25_logits_fails_in_the_widest_sweep(catal
     for r in honest.values():
         assert r.status == "pass", r.message
         assert "one batch of 326404 (3-D)" in r.plots["invariance"]
+
+
+def test_a_split_k_for_few_tokens_at_a_real_hidden_size_fails(catalog):
+    """linear_logp splitting K for fewer than 8 tokens at hidden >= 1,024: the grid's
+    8 x 1024 x 1000 shape compares those bits (alone: split) with batches of 16 and
+    more; at hidden 128 the bug never splits. The one batch there holds 2^31
+    multiply-adds (2,097 tokens), not 16,384 tokens."""
+    from tests.conftest import with_op_candidate
+
+    bug = "scale_bugs:linear_logp_split_k_for_few_tokens"
+    cat = with_op_candidate(catalog, "linear_logp", "bug", bug)
+    shapes = [{"tokens": 8, "hidden": h, "vocab": 1000} for h in (1024, 128)]
+    assert {"tokens": 8, "hidden": 1024, "vocab": 1000} in catalog.ops["linear_logp"].grid.shapes
+    for shape, status in zip(shapes, ("fail", "pass")):
+        res = run_one(cat, "linear_logp", "bug", "forward_invariance", "fp32", shape, seeds=[0])
+        assert res.status == status, (shape, res.message)
+        if status == "fail":
+            assert "batches of" in res.message and res.metrics["comparisons"] == 300 + 2097 + 8
 
 
 def test_a_second_shape_of_the_same_rows_judges_its_own_batch_only(catalog):
