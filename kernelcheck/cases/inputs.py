@@ -36,7 +36,8 @@ DISTRIBUTIONS = {
     "normal": "standard normal",
     "large": "rows offset by +-1e4 (fp16: +-6e4, near its max) beyond exp's fp32 range: "
     "catches a missing max subtraction",
-    "masked": "30% of entries -inf (RL vocab masking), in a third of the rows half the row in "
+    "masked": "30% of entries masked (RL vocab masking) with -inf, or in every other row with "
+    "the dtype's lowest finite value (HF's masked_fill), in a third of the rows half the row in "
     "one run (the first columns, a padded vocab's tail), never the target",
     "equal": "all entries of a row equal: catches off-by-one sums and bad tie handling",
     "heavy": "Student-t (2 dof), clipped to +-20: rare large entries dominate the sum",
@@ -251,9 +252,8 @@ def make_inputs(
     parts = parts_of(dist)
     for k, part in enumerate(parts):
         if part == "masked":
-            _mask(
-                op, out, seed, salt + (str(k) if len(parts) > 1 else ""), slice(k, None, len(parts))
-            )
+            salted = salt + (str(k) if len(parts) > 1 else "")
+            _mask(op, out, seed, salted, slice(k, None, len(parts)), dtype)
     for spec in op.inputs:
         if spec.values == "related":
             drawn = draw.related(spec, out[spec.related_to])
@@ -397,10 +397,15 @@ def edge_columns(size: int) -> list[int]:
 
 
 def _mask(
-    op: OpSpec, tensors: dict[str, torch.Tensor], seed: int, salt: str, rows_of: slice
+    op: OpSpec, tensors: dict[str, torch.Tensor], seed: int, salt: str, rows_of: slice, dtype: str
 ) -> None:
-    """Set float entries of the rows ``rows_of`` to -inf, sparing entries an index input
-    selects: the rows take :func:`masked_runs`' patterns in turn."""
+    """Mask float entries of the rows ``rows_of``, sparing entries an index input selects:
+    the rows take :func:`masked_runs`' patterns in turn, and every other row is masked
+    with the case dtype's lowest finite value instead of -inf, as HF's
+    ``masked_fill(mask, finfo.min)`` masks: a block of those has a finite maximum, so a
+    kernel's online merge that only handles -inf (exp(0) for every masked entry, then
+    0 x -inf) goes wrong there."""
+    lowest = torch.finfo(dtypes.torch_dtype(dtype)).min
     for spec in op.inputs:
         if spec.values != "case":
             continue
@@ -425,7 +430,9 @@ def _mask(
                 spare = torch.zeros_like(mask)
                 spare.scatter_(-1, sel.clamp(0, width - 1).unsqueeze(-1), valid.unsqueeze(-1))
                 mask &= ~spare
-            chunk.masked_fill_(mask, float("-inf"))
+            finite = (torch.arange(chunk.shape[0]) + start + seed) % 2 == 1
+            chunk.masked_fill_(mask & ~finite[:, None], float("-inf"))
+            chunk.masked_fill_(mask & finite[:, None], lowest)
 
 
 def masked_runs(mask: torch.Tensor, first: int, selected: list[torch.Tensor]) -> None:

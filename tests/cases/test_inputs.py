@@ -53,8 +53,12 @@ def test_large_is_beyond_exp_range_and_finite(catalog, dtype):
 def test_masked_spares_the_target_and_never_a_whole_row(catalog):
     x = make_inputs(catalog.op("logp"), {"batch": 64, "vocab": 257}, "bf16", 0, "masked")
     logits, target = x["logits"], x["target"]
-    inf = torch.isinf(logits)
+    lowest = logits == torch.finfo(logits.dtype).min
+    inf = torch.isinf(logits) | lowest  # masked: with -inf, or HF's finfo.min
     assert not inf.all(dim=-1).any()
+    # every other row masked with the lowest finite value, the others with -inf
+    by_lowest = lowest.any(-1)
+    assert 24 <= int(by_lowest.sum()) <= 40 and not torch.isinf(logits[by_lowest]).any()
     # a third of the rows scattered (30%), a third the first half in one run, a third the
     # last half: columns 0 and 1 and whole blocks of any size up to half the row
     first, last = inf[:, :128].all(-1), inf[:, -128:].all(-1)

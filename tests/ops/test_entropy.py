@@ -103,6 +103,23 @@ def test_an_unshifted_formula_fails_on_large_rows():
     )
 
 
+def test_an_online_merge_that_only_skips_minus_inf_fails_on_lowest_value_masks(catalog):
+    """Half the masked rows hold the dtype's lowest finite value (HF's masked_fill): an
+    online merge that skips -inf only returns NaN where a block is all finfo.min. With
+    -inf masks alone it passed every check."""
+    cat = with_op_candidate(
+        catalog, "entropy", "online", "broken_entropy:online_merge_of_lowest_blocks", False
+    )
+    res = run_one(cat, "entropy", "online", "forward_accuracy", "fp32", SMALL, seeds=[0])
+    assert res.status == "fail" and "NaN/Inf where gold is finite" in res.message, res.message
+    assert "masked" in res.message
+    for dist in ("normal", "large", "heavy"):  # exact where nothing is masked
+        ok = run_one(
+            cat, "entropy", "online", "forward_accuracy", "fp32", SMALL, distributions=dist
+        )
+        assert ok.status == "pass", (dist, ok.message)
+
+
 def test_a_backward_reading_an_output_edited_in_place_fails_the_contract():
     """The textbook backward reading H from ``ctx.h``: ``h.add_(1)`` between forward and
     backward shifts its gradient; the shipped candidate keeps its bits."""
