@@ -415,25 +415,29 @@ class Contract(Check):
             )
 
     def _updated_in_place(self, trial: Trial) -> None:
-        """The shared float inputs updated in place between two calls (an optimizer step
-        writes the weights where they are: same address, shape and dtype), negated here
-        (exact): the second call's outputs within the contract tolerance of the gold of
-        the new values (another call could meet a stale entry of its own). A kernel that
-        caches something derived from a weight (an fp32 copy, a packed layout) keyed by
-        its address serves the old one."""
+        """The inputs updated in place between two calls, the same tensors with new values:
+        the shared floats negated (exact; an optimizer step writes the weights where they
+        are), the row-wise inputs' rows rolled by one (a static buffer refilled with the
+        next batch). Written through ``.data``, which leaves the version counter as it was
+        (DeepSpeed's parameter refresh, a static input buffer). The second call's outputs
+        must be within the contract tolerance of the gold of the new values. A kernel that
+        caches something derived from an input (an fp32 copy of a weight, a packed layout,
+        a result) keyed by its address, identity or version serves the old one."""
         ctx, op = self.ctx, self.ctx.op
         head, lead = self._head(trial)
-        names = self._shared_floats(head)
+        new = {k: -v if k in self._shared_floats(head) else v for k, v in head.items()}
+        if lead[0] > 1:
+            new = {k: v.roll(1, 0) if op.is_row_wise(op.input(k)) else v for k, v in new.items()}
+        names = [k for k in head if not torch.equal(new[k], head[k])]
         if not names:
             return
         dev = ctx.to_device(head)
         ctx.call(dev)
         with torch.no_grad():
-            for k in names:
-                dev[k].neg_()  # in place: the kernel sees the same tensor, new values
+            for k in names:  # in place: the kernel sees the same tensors, new values
+                dev[k].data.copy_(new[k])
         got = ctx.call(dev)
-        cpu = {k: v.cpu() for k, v in dev.items()}
-        want = gold.forward(op, ctx.gold_fn, cpu, lead)
+        want = gold.forward(op, ctx.gold_fn, new, lead)
         label = f"{', '.join(names)} updated in place between calls: output"
         before = len(self.problems)
         for o, g, w in zip(op.outputs, got, want):
