@@ -88,7 +88,10 @@ def test_the_example_candidate_is_the_tested_one(page):
 
 
 def test_the_example_candidate_loses_nothing_on_large_rows():
-    """The README's claim: accurate and as precise as fp32 on rows offset by 1e4."""
+    """The README's claim: accurate and as precise as fp32 on rows offset by 1e4, as the
+    README's command runs it (isolated). In process, about one run in ten gave this plain
+    torch sum another summation order on its first call (3.1e-5 against 6.3e-7): under
+    investigation, see CHANGELOG."""
     cat = api.load_catalog([REPO / "tests" / "specs" / "my_kernels.toml"])
     report = api.run(
         cat,
@@ -98,7 +101,7 @@ def test_the_example_candidate_loses_nothing_on_large_rows():
         shape={"batch": 8, "vocab": 151936},
         check_names=["forward_accuracy", "forward_precision"],
         distributions="large",
-        isolate=False,
+        isolate=True,
         sweeps=False,
     )
     assert [r.status for r in report.results] == ["pass", "pass"], report.results
