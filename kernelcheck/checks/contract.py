@@ -425,7 +425,8 @@ class Contract(Check):
         a result) keyed by its address, identity or version serves the old one."""
         ctx, op = self.ctx, self.ctx.op
         head, lead = self._head(trial)
-        new = {k: -v if k in self._shared_floats(head) else v for k, v in head.items()}
+        shared = self._shared_floats(head)
+        new = {k: -v if k in shared else v for k, v in head.items()}
         if lead[0] > 1:
             new = {k: v.roll(1, 0) if op.is_row_wise(op.input(k)) else v for k, v in new.items()}
         names = [k for k in head if not torch.equal(new[k], head[k])]

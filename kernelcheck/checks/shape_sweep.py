@@ -110,9 +110,9 @@ def lead_sizes(op: OpSpec, rows: int) -> dict[str, int]:
     return out
 
 
-def sweep_shapes(op: OpSpec, rows: int, residues: bool = True) -> list[tuple[str, dict[str, int]]]:
+def sweep_shapes(op: OpSpec, rows: int, full: bool = True) -> list[tuple[str, dict[str, int]]]:
     """(label, sizes) of every swept shape, dim by dim, ascending; the long lead last;
-    the residues mod 64 left out unless ``residues``.
+    without ``full``, the size edges only (no residues mod 64, no long lead).
 
     While one dim is swept the other inner dims sit at their defaults, at most
     ``OTHER_INNER`` (linear_logp's weight is vocab x hidden: a 2^17 hidden at the default
@@ -124,9 +124,9 @@ def sweep_shapes(op: OpSpec, rows: int, residues: bool = True) -> list[tuple[str
     shapes = []
     for dim in swept_dims(op):
         others = {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
-        for size in sweep_sizes(dim, op.dims[dim].sweep_max, residues):
+        for size in sweep_sizes(dim, op.dims[dim].sweep_max, residues=full):
             shapes.append((f"{dim}={size}", {**lead_sizes(op, rows), **others, dim: size}))
-    if op.lead and residues:
+    if op.lead and full:
         widest = max(inner, key=inner.get) if inner else None
         long = {d: min(v, LONG_INNER if d == widest else OTHER_INNER) for d, v in inner.items()}
         shapes.append((f"{LONG_ROWS} rows", {**lead_sizes(op, LONG_ROWS), **long}))
@@ -178,9 +178,8 @@ class ShapeSweep(Check):
         # every distribution of the case, one row each (a mixed trial deals them in turn)
         dist = MIX.join(self.ctx.case.distributions)
         rows = max(3, len(parts_of(dist)))
-        case = self.ctx.case
-        edges_only = bool(self.ctx.op.off_grid(case.attributes))
-        for label, sizes in sweep_shapes(self.ctx.op, rows, residues=not edges_only):
+        full = not self.ctx.op.off_grid(self.ctx.case.attributes)  # an attribute sweep: edges
+        for label, sizes in sweep_shapes(self.ctx.op, rows, full):
             if self.failed is not None:
                 return
             self.progress(label)
