@@ -16,11 +16,13 @@ from collections.abc import Iterator
 import torch
 
 from kernelcheck import dtypes, gold
+from kernelcheck.checks import concurrent_calls
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import ErrorStats, bits, first_bit_difference
 from kernelcheck.checks.outcome import CandidateFault, Outcome, WrongOutput
 from kernelcheck.checks.rows import flat_rows
 from kernelcheck.checks.trial import Trial
+from kernelcheck.fresh_memory import poisoned_allocations
 from kernelcheck.spec.model import Tolerance, eval_dim_expr
 
 # 2^6: exact in every float type. Standard normal logits reach +-180, past fp32 exp's
@@ -102,6 +104,7 @@ class Contract(Check):
             self._edited_outputs,
             self._edited_inputs,
             self._calls_in_flight,
+            self._calls_from_threads,
             self._fp32_shared_inputs,
             self._narrow_shared_inputs,
             self._updated_in_place,
@@ -830,6 +833,86 @@ class Contract(Check):
         self._same_gradients(problem, got_a, want_a)
         if len(self.problems) == before:
             self.passed.append("two calls in flight, a second backward == calls alone")
+
+    def _calls_from_threads(self, trial: Trial) -> None:
+        """Two threads calling at once (:mod:`~kernelcheck.checks.concurrent_calls`) on two
+        batches of one shape (the first rows, repeated to ``concurrent_calls.rows_for``'s
+        count so that each op runs long enough to let the other thread in, and the
+        same reversed with the shared floats negated), forward only and, when on, forward
+        and backward in turn: every output and gradient keeps the bits of its call alone.
+        A scratch buffer kept per shape is written by both. At the grid's attributes only
+        (in a case whose attributes a sweep set, the contract's other probes run)."""
+        ctx, op = self.ctx, self.ctx.op
+        if op.off_grid(ctx.case.attributes):
+            return
+        head, _ = self._head(trial)
+        row = [k for k in head if op.is_row_wise(op.input(k))]
+        rows = concurrent_calls.rows_for(
+            math.prod(n for d, n in ctx.sizes.items() if d not in op.lead)
+        )
+        mine = {
+            k: v.repeat_interleave(-(-rows // len(v)), 0)[:rows] if k in row else v
+            for k, v in head.items()
+        }
+        shared = self._shared_floats(head)
+        other = {k: -v if k in shared else v.flip(0) if k in row else v for k, v in mine.items()}
+        ups = ctx.upstream(trial.seed, (rows,)) if ctx.grad else None
+        ups_b = [u.flip(0) if u.dim() else u for u in ups] if ups else None
+        kinds = [(mine, None), (other, None)] + ([(mine, ups), (other, ups_b)] if ups else [])
+        # each thread alternates its two kinds of call (forward, then forward and
+        # backward), compares each with the same call alone at once and keeps the finding
+        calls = [self._compared_calls(kinds[i::2]) for i in (0, 1)]
+        with poisoned_allocations():  # the threads' own switching leaves it on throughout
+            runs = concurrent_calls.together(calls, concurrent_calls.ROUNDS)
+        differ = [
+            f"thread {i + 1}, call {r + 1}, {found}"
+            for i, run in enumerate(runs)
+            for r, found in enumerate(run)
+            if found
+        ]
+        what = f"{rows} rows, forward" + (" and backward in turn" if ups else "")
+        if differ:
+            self.problems.append(
+                f"two threads calling at once ({what}): {len(differ)} of "
+                f"{sum(map(len, runs))} calls differ in bits from the same call alone (a "
+                f"scratch buffer both write?); first: {differ[0]}"
+            )
+        else:
+            self.passed.append(f"two threads calling at once ({what}) == calls alone")
+
+    def _compared_calls(self, kinds: list[tuple[dict, list | None]]):
+        """A call that makes each of ``kinds``' calls in turn and returns how its results
+        differ from the same call's alone ('' when in every bit the same)."""
+        turns = [self._labelled_call(x, u) for x, u in kinds]
+        alone = [turn() for turn in turns]
+        made = []
+
+        def call() -> str:
+            k = len(made) % len(turns)
+            made.append(k)
+            for (label, g), (_, w) in zip(turns[k](), alone[k]):
+                if g.shape != w.shape:
+                    return f"{label}: shape differs"
+                if not bool((bits(g) == bits(w)).all()):
+                    return f"{label}: {first_bit_difference(g, w)}"
+            return ""
+
+        return call
+
+    def _labelled_call(self, inputs: dict, upstream: list | None):
+        """A call on fresh device copies of ``inputs``: [(label, CPU tensor)] of its
+        outputs, and with ``upstream`` its gradients too."""
+        ctx, op = self.ctx, self.ctx.op
+
+        def call() -> list[tuple[str, torch.Tensor]]:
+            if upstream is None:
+                outs, grads = ctx.call(ctx.to_device(inputs)), {}
+            else:
+                outs, grads = ctx.call_backward(ctx.to_device(inputs), upstream)
+            found = [(f"output {o.name!r}", t.detach().cpu()) for o, t in zip(op.outputs, outs)]
+            return found + [(f"gradient {n!r}", grads[n].cpu()) for n in sorted(grads)]
+
+        return call
 
     def _broadcast_upstreams(self, trial: Trial, head: dict, rows: int) -> list:
         """The head's ``rows`` rows as a ``(2, m)`` lead with upstreams broadcast over one

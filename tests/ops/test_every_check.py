@@ -23,7 +23,10 @@ BUG_CHECK = {
     "bf16_rounded": "forward_precision",
     "batch_dependent_forward": "forward_invariance",
     "writes_input": "integrity",
+    "staged_in_shared_buffer": "contract",
 }
+# where the check has other ways to fail, the finding the bug must give
+SAYS = {"staged_in_shared_buffer": "threads calling at once"}
 CASES = [(op, bug) for op in SHAPES for bug in BUG_CHECK]
 
 
@@ -33,5 +36,6 @@ def test_the_check_fails_the_bug_and_passes_the_honest_candidate(catalog, op, bu
     cat = with_op_candidate(catalog, op, "planted", f"generic_bugs:{bug}__{op}")
     res = run_one(cat, op, "planted", check, "fp32", SHAPES[op])
     assert res.status == "fail", (res.status, res.message)
+    assert SAYS.get(bug, "") in res.message, res.message
     honest = run_one(cat, op, "torch", check, "fp32", SHAPES[op])
     assert honest.status == "pass", honest.message
