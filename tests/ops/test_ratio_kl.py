@@ -36,6 +36,7 @@ PLANTED_BUGS = [
     ("masked-not-neutral", "ratio: masked position"),
     ("clamps-ids", "action_ids=-1 at an active position (attention_mask true) did not raise"),
     ("every-grad-assumed", "unused_outputs: candidate backward raised"),
+    ("ignore-index-exempt", "action_ids=-100 at an active position"),
 ]
 
 
