@@ -55,6 +55,11 @@ class CaseContext:
     progress: Callable[[str | None, str], None] = no_progress
     clock: PhaseClock = field(default_factory=PhaseClock)
     gold_backward_fn: Callable | None = None  # the op's analytic gold gradient, if it has one
+    # the other values of each value attribute the candidate takes (the grid's and the
+    # sweep's), and ``rebound(changes)`` -> (fn, gold_fn) at the case's attributes with
+    # ``changes``: the contract calls them in this process, as a model's layers would
+    other_attribute_values: dict[str, tuple] = field(default_factory=dict)
+    rebound: Callable[[dict], tuple[Callable, Callable]] | None = None
     gradient_scale_fn: Callable | None = None  # backward_precision's yardstick, if not |gold|
     # trials of every candidate (by default none: not shared)
     shared: SharedTrials = field(default_factory=lambda: SharedTrials(None))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 
 import torch
 
@@ -110,6 +111,7 @@ class Contract(Check):
             self._updated_in_place,
             self._scaled_up,
             self._other_dtypes,
+            self._other_attributes,
         )
         for part in probes:
             probe = part.__name__.strip("_")
@@ -617,6 +619,40 @@ class Contract(Check):
                 )
         if len(self.problems) == before:
             self.passed.append(f"calls in {', '.join(others)} between two in {ctx.case.dtype}")
+
+    def _other_attributes(self, trial: Trial) -> None:
+        """The same rows at each other value of each attribute the candidate takes (the
+        grid's and the sweep's: temperature, eps), one call after another in this
+        process, then at the case's values again: each within the contract tolerance of
+        the gold at its values, and the last with the first call's bits. A kernel cache
+        keyed without an attribute (eps compiled in as a constant, a temperature baked
+        into a build) serves the first value's build to every later call; each case runs
+        in a process of its own, which would never see a second value otherwise."""
+        ctx, op = self.ctx, self.ctx.op
+        if ctx.rebound is None or not ctx.other_attribute_values:
+            return
+        head, lead = self._head(trial)
+        first = ctx.call(ctx.to_device(head))
+        before, tried = len(self.problems), []
+        at = ", ".join(f"{k}={ctx.case.attributes[k]}" for k in ctx.other_attribute_values)
+        for name, values in ctx.other_attribute_values.items():
+            for value in values:
+                fn, gold_fn = ctx.rebound({name: value})
+                outs = replace(ctx, fn=fn, gold_fn=gold_fn).call(ctx.to_device(head))
+                want = gold.forward(op, gold_fn, head, lead)
+                for o, g, w in zip(op.outputs, outs, want):
+                    tol = ctx.tolerance("forward_accuracy", o.name)
+                    what = f"{name}={value} after a call at {at}: output {o.name!r}"
+                    self._close(what, "the gold's", tol, g, w)
+                tried.append(f"{name}={value}")
+        for o, a, b in zip(op.outputs, first, ctx.call(ctx.to_device(head))):
+            if not bool((bits(a.cpu()) == bits(b.cpu())).all()):
+                self.problems.append(
+                    f"output {o.name!r} at {at} after calls at {', '.join(tried)} differs "
+                    "from the same call's before them: " + first_bit_difference(b.cpu(), a.cpu())
+                )
+        if len(self.problems) == before:
+            self.passed.append(f"calls at {', '.join(tried)} between two at {at}")
 
     def _gold_gradients(self, inputs: dict, upstream: list, lead) -> dict[str, torch.Tensor]:
         """The float64 gold gradient of each grad input, whole (rows flattened)."""

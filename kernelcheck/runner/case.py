@@ -111,6 +111,29 @@ def unhonoured(fn, op: OpSpec, attrs: dict) -> list[str]:
     return [f"{k}={v}" for k, v in attrs.items() if k in missing and v != op.attributes[k][0]]
 
 
+def _rebinder(fn, gold_fn, attrs: dict):
+    """``rebound(changes)`` -> (fn, gold_fn) bound to ``attrs`` updated with ``changes``."""
+
+    def rebound(changes: dict) -> tuple:
+        return with_attributes(fn, {**attrs, **changes}), with_attributes(
+            gold_fn, {**attrs, **changes}
+        )
+
+    return rebound
+
+
+def other_attribute_values(op: OpSpec, attrs: dict, taken: set[str]) -> dict[str, tuple]:
+    """Each value attribute in ``taken`` (switches aside): its grid's and sweep's values
+    other than ``attrs``'s, in the spec's order."""
+    found = {}
+    for name in sorted(taken - op.switches):
+        values = (*op.attributes.get(name, ()), *op.attribute_sweeps.get(name, ()))
+        others = tuple(dict.fromkeys(v for v in values if v != attrs.get(name)))
+        if others:
+            found[name] = others
+    return found
+
+
 def trial_distributions(op: OpSpec, case: Case) -> list[str]:
     """One mixed trial per seed when there are rows enough for every distribution.
 
@@ -175,6 +198,7 @@ def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
         for name in case.checks:
             yield result(name, Outcome("skip", why))
         return
+    rebound = _rebinder(loaded.fn, gold_fn, attrs)
     gold_fn, reference_fn, gold_backward_fn, scale_fn = (
         with_attributes(f, attrs) for f in (gold_fn, reference_fn, gold_backward_fn, scale_fn)
     )
@@ -194,6 +218,8 @@ def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
         gold_backward_fn=gold_backward_fn,
         gradient_scale_fn=scale_fn,
         shared=SharedTrials(options.shared_dir, options.shared_budget),
+        other_attribute_values=other_attribute_values(op, attrs, takes(loaded.fn, attrs)),
+        rebound=rebound,
     )
     active: dict[str, Check] = {}
     for name in case.checks:

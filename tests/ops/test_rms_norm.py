@@ -60,6 +60,8 @@ PLANTED_BUGS = [
     ("weight-read-as-x-dtype-in-backward", "contract", "bf16", "case: gradient 'x'"),
     # bf16 norm weights beside an fp32 residual stream
     ("output-type-as-weight", "contract", "fp32", "bf16 weight in an fp32 case"),
+    # a norm at another eps in the same process (a vision tower's beside the LM's)
+    ("eps-compiled-into-cache", "contract", "fp32", "eps=1e-05 after a call at eps=1e-06"),
 ]
 
 
