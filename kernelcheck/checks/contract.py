@@ -94,6 +94,7 @@ class Contract(Check):
         # every probe runs and reports on its own: one that raises never hides the next
         probes = (
             self._types,
+            self._unit_leads,
             self._out_of_range,
             self._masked,
             self._must_raise,
@@ -152,6 +153,34 @@ class Contract(Check):
             if device.type != self.ctx.device.type:
                 self.problems.append(f"{name}: on {device}, expected {self.ctx.device.type}")
         self.passed.append("dtype/shape/device")
+
+    def _unit_leads(self, trial: Trial) -> None:
+        """Leads with dims of size one: one row alone as lead (1,) and, for an op with two
+        lead dims, (1, 1), (n, 1) (one token per sequence: a decode step) and (1, n): every
+        output has exactly that lead's shape. A kernel that squeezes the gathered column
+        with ``.squeeze()`` instead of ``.squeeze(-1)`` drops them, and a caller's
+        ``logp * mask`` then broadcasts [B] against [B, 1] into [B, B]."""
+        ctx, op = self.ctx, self.ctx.op
+        head, (n,) = self._head(trial)
+        leads = [(1,)] + (
+            [(1, 1)] + ([(n, 1), (1, n)] if n > 1 else []) if len(op.lead) > 1 else []
+        )
+        before = len(self.problems)
+        for lead in leads:
+            rows = math.prod(lead)
+            inputs = {
+                k: v[:rows].reshape(*lead, *v.shape[1:]) if op.is_row_wise(op.input(k)) else v
+                for k, v in head.items()
+            }
+            for i, o in enumerate(ctx.call(ctx.to_device(inputs))):
+                want = ctx.expected_shape(i, lead)
+                if tuple(o.shape) != want:
+                    self.problems.append(
+                        f"lead {lead}: output {op.outputs[i].name!r} shape {tuple(o.shape)} "
+                        f"!= expected {want}"
+                    )
+        if len(self.problems) == before:
+            self.passed.append(f"leads {', '.join(map(str, leads))}: output shapes")
 
     def _out_of_range(self, trial: Trial) -> None:
         rule = self.ctx.op.out_of_range

@@ -36,6 +36,7 @@ BROKEN = [
     ("logits_kept_on_ctx", "contract", "fp32", "normal", "inputs edited in place (x2)"),
     ("kernel_cache_without_dtype", "contract", "fp32", "normal", "inputs after a fp32 call"),
     ("workspace_per_shape", "contract", "fp32", "normal", "two threads calling at once"),
+    ("squeezes_lead", "contract", "fp32", "normal", "lead (1, 1): output 'logp' shape ()"),
     ("temperature_baked_into_cache", "contract", "fp32", "normal", "after a call at temperature"),
     ("rows_by_one_stride", "contract", "fp32", "normal", "shifted-token view: output"),
     ("targets_by_one_stride", "contract", "fp32", "normal", "shifted-token view: output"),
