@@ -903,7 +903,7 @@ class Contract(Check):
         """Two threads calling at once (:mod:`~kernelcheck.checks.concurrent_calls`) on two
         batches of one shape (the first rows, repeated to ``concurrent_calls.rows_for``'s
         count so that each op runs long enough to let the other thread in, and the
-        same reversed with the shared floats negated), forward only and, when on, forward
+        same reversed with the shared floats times -0.5), forward only and, when on, forward
         and backward in turn: every output and gradient keeps the bits of its call alone.
         A scratch buffer kept per shape is written by both. At the grid's attributes only
         (in a case whose attributes a sweep set, the contract's other probes run)."""
@@ -920,7 +920,11 @@ class Contract(Check):
             for k, v in head.items()
         }
         shared = self._shared_floats(head)
-        other = {k: -v if k in shared else v.flip(0) if k in row else v for k, v in mine.items()}
+        # x -0.5 (exact), not the refill probe's negation: a cache keyed by a freed
+        # tensor's id and address could then hand that probe these very values
+        other = {
+            k: v * -0.5 if k in shared else v.flip(0) if k in row else v for k, v in mine.items()
+        }
         ups = ctx.upstream(trial.seed, (rows,)) if ctx.grad else None
         ups_b = [u.flip(0) if u.dim() else u for u in ups] if ups else None
         kinds = [(mine, None), (other, None)] + ([(mine, ups), (other, ups_b)] if ups else [])
@@ -956,8 +960,8 @@ class Contract(Check):
             k = len(made) % len(turns)
             made.append(k)
             for (label, g), (_, w) in zip(turns[k](), alone[k]):
-                if g.shape != w.shape:
-                    return f"{label}: shape differs"
+                if g.shape != w.shape or g.dtype != w.dtype:
+                    return f"{label}: {tuple(g.shape)} {g.dtype} vs {tuple(w.shape)} {w.dtype}"
                 if not bool((bits(g) == bits(w)).all()):
                     return f"{label}: {first_bit_difference(g, w)}"
             return ""

@@ -12,6 +12,8 @@ a Qwen3-sized gradient: the trial's own gradient is freed before the repeats run
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from kernelcheck.checks.check import Check
@@ -26,7 +28,16 @@ WITH_GRAD = "output (with grad)"  # the backward's own forward call: a training 
 
 class Determinism(Check):
     name = "determinism"
-    PARAMS = {"repeats": 3, "max_seeds": 1, "threads": 8, "thread_repeats": 2}
+    PARAMS = {
+        "repeats": 3,
+        "max_seeds": 1,
+        "threads": 8,
+        "thread_repeats": 2,
+        # a training batch for the gradients of shared inputs: rows up to this many, and
+        # up to big_work products of a row's dims (0: no such runs)
+        "big_rows": 4096,
+        "big_work": 1 << 22,
+    }
     summary = (
         "repeated runs (forward, and backward with its call's outputs when on) are bit-identical"
     )
@@ -37,6 +48,7 @@ class Determinism(Check):
         self.runs = 0
         self.differ = 0
         self.first: tuple[Trial, str] | None = None
+        self.batch_done = False
 
     def _repeat(self, trial: Trial) -> list:
         outs = trial.own_call(self.ctx.call)
@@ -78,6 +90,48 @@ class Determinism(Check):
                 if self.first is None:
                     at = "" if n is None else f" (at {n} threads)"
                     self.first = (trial, f"run {r + 1}{at} {detail} vs run 1")
+        if not self.batch_done:
+            self.batch_done = True
+            self._training_batch(trial)
+
+    def training_rows(self) -> int:
+        """The training batch's rows: ``big_rows``, fewer at long rows (``big_work``
+        products of a row's dims in all); 0 where that is no more than the case's."""
+        ctx = self.ctx
+        work = max(1, math.prod(n for d, n in ctx.sizes.items() if d not in ctx.op.lead))
+        rows = min(int(self.params["big_rows"]), int(self.params["big_work"]) // work)
+        return rows if rows > math.prod(ctx.lead) else 0
+
+    def _training_batch(self, trial: Trial) -> None:
+        """Forward and backward on a fresh draw of a training batch's rows, three times at
+        ``threads`` threads: the gradient of a shared input (a norm's weight, an lm_head)
+        sums every row, and a kernel may add its blocks' partial sums in the order they
+        finish once the rows are many (atomics past 1,024 rows), never at the grid's."""
+        ctx, op = self.ctx, self.ctx.op
+        rows = self.training_rows()
+        if not ctx.grad or not rows or all(op.is_row_wise(op.input(n)) for n in op.grad_inputs):
+            return
+        lead = (rows,)
+        inputs = ctx.draw(trial.seed, trial.distribution, lead=lead, salt="training batch")
+        ups = ctx.upstream(trial.seed, lead, salt="training batch")
+        reference = []
+        with torch_threads(int(self.params["threads"])):
+            for r in range(3):
+                outs, grads = ctx.call_backward(ctx.to_device(inputs), ups)
+                results = [(WITH_GRAD, o.detach().cpu()) for o in outs] + [
+                    (f"gradient:{n}", row_digests(ctx.input_rows(n, g.cpu())))
+                    for n, g in grads.items()
+                ]
+                if not reference:
+                    reference = results
+                    continue
+                self.runs += 1
+                detail = self._compare(reference, results)
+                if detail:
+                    self.differ += 1
+                    if self.first is None:
+                        at = f"at {rows} rows, {self.params['threads']} threads"
+                        self.first = (trial, f"run {r + 1} ({at}) {detail} vs run 1")
 
     def _compare(self, reference: list, results: list) -> str:
         """The first difference of one repeat from run 1 ('' when none)."""
