@@ -100,3 +100,26 @@ def gold_backward(
     safe = torch.where(valid, target, torch.zeros_like(target))
     grad.scatter_add_(-1, safe.unsqueeze(-1), coef.unsqueeze(-1))
     return {"logits": grad}
+
+
+def gradient_scale(
+    upstream: list[torch.Tensor],
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    temperature: float = 1.0,
+    mask: torch.Tensor | None = None,
+):
+    """What ``backward_precision`` measures an entry's error against: the size of the
+    terms of ``g * (onehot - p) / T``, ``|g| * (onehot + p) / T``. The target entry
+    ``g * (1 - p_t)`` cancels where the token is confident (p_t near 1, as a rollout's
+    own sampled token mostly is): an honest fp32 kernel rounds p_t near 1 by an ulp of
+    1, not of ``1 - p_t``, and which one-ulp draw the reference got decided its verdict.
+    Every other entry: ``|gradient|``."""
+    grad = gold_backward(upstream, logits, target, temperature, mask)["logits"]
+    valid = _valid(target, logits.shape[-1], mask)
+    g = upstream[0].abs() if temperature == 1.0 else upstream[0].abs() / temperature
+    coef = torch.where(valid, g, torch.zeros_like(g))
+    safe = torch.where(valid, target, torch.zeros_like(target)).unsqueeze(-1)
+    picked = grad.gather(-1, safe)  # g (1 - p_t) / T: the size is g (1 + p_t) / T
+    grad.abs_().scatter_(-1, safe, 2 * coef.unsqueeze(-1) - picked.abs())
+    return {"logits": grad}

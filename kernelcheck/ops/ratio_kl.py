@@ -41,3 +41,23 @@ def reference_fp32(policy_logits, ref_logits, action_ids, attention_mask, old_lo
     delta = torch.where(attention_mask, lp - old_logps.float(), zero)
     diff = torch.where(attention_mask, lr - lp, zero)
     return torch.exp(delta), torch.exp(diff) - diff - 1
+
+
+def gradient_scale(upstream, policy_logits, ref_logits, action_ids, attention_mask, old_logps):
+    """What ``backward_precision`` measures an entry's error against: the size of the
+    terms of the policy logits' gradient ``c * (onehot - p)``, ``|c| * (onehot + p)``,
+    with ``c = g_ratio * ratio - g_kl * (exp(d) - 1)`` per position (0 where masked).
+    The target entry ``c * (1 - p_t)`` cancels at a confident token (p_t near 1): an
+    honest fp32 kernel rounds p_t by an ulp of 1 there (see logp's ``gradient_scale``)."""
+    safe = torch.where(attention_mask, action_ids, torch.zeros_like(action_ids))
+    ratio, _ = gold(policy_logits, ref_logits, action_ids, attention_mask, old_logps)
+    lp = _selected_logp(policy_logits, safe)
+    lr = _selected_logp(ref_logits, safe)
+    c = torch.zeros_like(lp)
+    if upstream[0] is not None:
+        c = c + upstream[0] * ratio
+    if len(upstream) > 1 and upstream[1] is not None:
+        c = c - upstream[1] * torch.expm1(lr - lp)
+    c = torch.where(attention_mask, c, torch.zeros_like(c)).abs().unsqueeze(-1)
+    scale = torch.softmax(policy_logits, dim=-1).mul_(c)
+    return {"policy_logits": scale.scatter_add_(-1, safe.unsqueeze(-1), c)}

@@ -96,3 +96,18 @@ def test_a_candidate_that_mishandles_the_mask_fails(catalog, bug, checks):
         assert res.status == "fail", (check, res.message)
         if check == "contract":
             assert "masked position" in res.message or "gradient:logits" in res.message
+
+
+def test_the_gradient_scale_is_the_size_of_the_terms_at_a_confident_target():
+    """|g| (1 + p_t) at the target (its gradient g (1 - p_t) cancels near p_t = 1),
+    |gradient| elsewhere, zero on a row that selects nothing."""
+    from kernelcheck.ops import logp
+
+    x = torch.tensor([[9.0, 0.0, -1.0], [0.0, 1.0, 2.0]], dtype=torch.float64)
+    t, g = torch.tensor([0, -100]), torch.tensor([-2.0, 3.0], dtype=torch.float64)
+    p = torch.softmax(x, -1)
+    scale = logp.gradient_scale([g], x, t)["logits"]
+    grad = logp.gold_backward([g], x, t)["logits"]
+    torch.testing.assert_close(scale[0, 0], 2 * (1 + p[0, 0]), rtol=1e-14, atol=0)
+    torch.testing.assert_close(scale[0, 1:], grad[0, 1:].abs(), rtol=1e-14, atol=0)
+    assert float(scale[1].abs().sum()) == 0.0

@@ -104,3 +104,25 @@ def test_the_spec_turns_the_inputs_x64_probe_off_where_exp_d_overflows(catalog):
     res = run_one(catalog, "ratio_kl", "torch", "contract", "fp32", {"batch": 16, "vocab": 3000},
                   seeds=[3])  # fmt: skip
     assert res.status == "pass", res.message
+
+
+def test_the_gradient_scale_is_the_size_of_the_terms():
+    """|c| (onehot + p): |gradient| off the target, |c| (1 + p_t) on it, 0 where masked."""
+    from kernelcheck.ops import ratio_kl
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 7, generator=gen, dtype=torch.float64).requires_grad_(True)
+    ref = torch.randn(3, 7, generator=gen, dtype=torch.float64)
+    ids, mask = torch.tensor([2, 5, 0]), torch.tensor([True, True, False])
+    old = torch.randn(3, generator=gen, dtype=torch.float64)
+    ups = [torch.randn(3, generator=gen, dtype=torch.float64) for _ in range(2)]
+    ratio, kl = ratio_kl.gold(x, ref, ids, mask, old)
+    (grad,) = torch.autograd.grad([ratio, kl], [x], ups)
+    scale = ratio_kl.gradient_scale(ups, x.detach(), ref, ids, mask, old)["policy_logits"]
+    off = torch.ones_like(grad, dtype=torch.bool)
+    off[torch.arange(3), ids] = False
+    torch.testing.assert_close(scale[off], grad[off].abs(), rtol=1e-12, atol=0)
+    p = torch.softmax(x.detach(), -1)[torch.arange(2), ids[:2]]
+    c = grad[torch.arange(2), ids[:2]].abs() / (1 - p)
+    torch.testing.assert_close(scale[torch.arange(2), ids[:2]], c * (1 + p), rtol=1e-12, atol=0)
+    assert float(scale[2].sum()) == 0.0
