@@ -21,6 +21,8 @@ from kernelcheck import dtypes
 from kernelcheck.spec.model import InputSpec, OpSpec
 
 MASKED_FRACTION = 0.3
+# an lm row's selected entry holds 1 - 10^-u of its softmax, u uniform in this range
+CONFIDENT_LOG10_Q = (0.3, 3.0)
 INDEX_IGNORED = -100
 # A share of every index input's entries is set to edge columns (edge_columns), in
 # order: a tiled kernel's bugs sit at a tile's first and last column and at the dim's
@@ -42,7 +44,9 @@ DISTRIBUTIONS = {
     "equal": "all entries of a row equal: catches off-by-one sums and bad tie handling",
     "heavy": "Student-t (2 dof), clipped to +-20: rare large entries dominate the sum",
     "lm": "LM-like logits: std 4-8 per row and a peaked head of 8 tokens near the tail's top; "
-    "catches a lossy fp32 sum at real logit scales",
+    "catches a lossy fp32 sum at real logit scales. In every other row the selected entry "
+    "(an index input's) holds 50% to 99.9% of the softmax, as an RL rollout's own sampled "
+    "token mostly does: its gradient g (1 - p) cancels there",
     "zero_rows": "every 4th row all zeros (padding), the rest standard normal: a norm "
     "without eps gives NaN there",
     "tiny_rows": "every 4th row scaled to about 1e-18 (fp16: 1e-4), the rest standard normal: "
@@ -254,6 +258,9 @@ def make_inputs(
         if part == "masked":
             salted = salt + (str(k) if len(parts) > 1 else "")
             _mask(op, out, seed, salted, slice(k, None, len(parts)), dtype)
+        if part == "lm":
+            salted = salt + (str(k) if len(parts) > 1 else "")
+            _confident(op, out, seed, salted, slice(k, None, len(parts)), dtype)
     for spec in op.inputs:
         if spec.values == "related":
             drawn = draw.related(spec, out[spec.related_to])
@@ -433,6 +440,41 @@ def _mask(
             finite = (torch.arange(chunk.shape[0]) + start + seed) % 2 == 1
             chunk.masked_fill_(mask & ~finite[:, None], float("-inf"))
             chunk.masked_fill_(mask & finite[:, None], lowest)
+
+
+def _confident(
+    op: OpSpec, tensors: dict[str, torch.Tensor], seed: int, salt: str, rows_of: slice, dtype: str
+) -> None:
+    """In every other row of ``rows_of``, the entry an index input selects set to hold
+    p = 1 - 10^-u of the row's softmax (u uniform in CONFIDENT_LOG10_Q: p from 0.5 to
+    0.999), as an RL rollout's own sampled token mostly is. Its gradient g (1 - p)
+    cancels there: a backward that forms it from a 16-bit p (Liger's cross-entropy adds
+    g to the stored 16-bit -g p) loses its digits, unseen at uniformly drawn targets."""
+    low, high = CONFIDENT_LOG10_Q
+    for spec in op.inputs:
+        selectors = [i.name for i in op.inputs if i.index_into == spec.name]
+        if spec.values != "case" or not selectors:
+            continue
+        x = tensors[spec.name]
+        if x.dim() == 0 or x.numel() == 0:
+            continue
+        width = x.shape[-1]
+        rows = x.view(-1, width)[rows_of][::2]
+        selected = tensors[selectors[0]].reshape(-1)[rows_of][::2]
+        gen = _generator(seed, "confident", spec.name, salt)
+        step = max(1, DRAW_CHUNK_ELEMENTS // width)
+        for start in range(0, rows.shape[0], step):
+            chunk, t = rows[start : start + step], selected[start : start + step]
+            u = torch.rand(chunk.shape[0], generator=gen, dtype=torch.float64)
+            at = ((t >= 0) & (t < width)).nonzero().reshape(-1)
+            if not at.numel():
+                continue
+            cols = t[at].unsqueeze(-1)
+            rest = chunk[at].double().scatter_(-1, cols, float("-inf")).logsumexp(-1)
+            q = torch.pow(10.0, -(u[at] * (high - low) + low))  # 1 - p
+            value = (rest + torch.log((1 - q) / q)).to(x.dtype)
+            keep = torch.isfinite(value)  # a row of one entry (p is 1) keeps its draw
+            chunk[at[keep], cols.squeeze(-1)[keep]] = value[keep]
 
 
 def masked_runs(mask: torch.Tensor, first: int, selected: list[torch.Tensor]) -> None:

@@ -8,6 +8,8 @@ FlashAttention's tests use:
 
     max|cand - gold| <= ratio * max|ref - gold| + floor_ulp * ulp_fp32(max|gold|)
 
+(``max|gold|`` at least ``floor_magnitude``, where the op's spec sets one.)
+
 Where the floor is larger than ``ratio x`` the reference's error (an elementwise op whose
 reference is exactly rounded, say), the limit is mostly the floor: the check then proves
 "within a few ulps", not "as precise as fp32". The result says so (``floor_dominated``),
@@ -30,7 +32,10 @@ from kernelcheck.checks.trial import Trial
 class ForwardPrecision(Check):
     name = "forward_precision"
     uses = frozenset({"outputs", "gold", "reference"})
-    PARAMS = {"ratio": 2.0, "floor_ulp": 8}
+    # floor_magnitude: the floor's ulps are of max(max|gold|, this), for an op whose
+    # output is a log near 0 of a sum near 1 (logp at a confident token), whose honest
+    # fp32 error is the sum's: ulps of 1, not of |output|
+    PARAMS = {"ratio": 2.0, "floor_ulp": 8, "floor_magnitude": 0.0}
     summary = "error <= ratio x an honest fp32 reference's error + a rounding floor; reports ULPs"
 
     def __init__(self, ctx, params=None):
@@ -88,7 +93,8 @@ class ForwardPrecision(Check):
         cand, ref = ErrorStats(), ErrorStats()
         cand.update(c, g)
         ref.update(r, g)
-        floor = self.params["floor_ulp"] * fp32_ulp(ref.gold_absmax)
+        magnitude = max(ref.gold_absmax, float(self.params["floor_magnitude"]))
+        floor = self.params["floor_ulp"] * fp32_ulp(magnitude)
         bound = self.params["ratio"] * ref.max_abs + floor
         if ref.max_abs:
             ratio = cand.max_abs / ref.max_abs

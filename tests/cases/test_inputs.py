@@ -375,3 +375,18 @@ def test_masked_runs_never_mask_a_whole_short_row(catalog, vocab):
     for op in ("logp", "entropy"):
         x = make_inputs(catalog.op(op), {"batch": 300, "vocab": vocab}, "fp32", 0, "masked")
         assert not torch.isinf(x["logits"]).all(dim=-1).any(), op
+
+
+def test_every_other_lm_rows_target_is_confident():
+    """A rollout's own sampled token: in every other lm row the selected entry holds 50%
+    to 99.9% of the softmax (a little more or less once rounded to bf16)."""
+    from kernelcheck.api import load_catalog
+
+    op = load_catalog().ops["logp"]
+    x = make_inputs(op, {"batch": 4, "seq": 16, "vocab": 1000}, "bf16", 0, "lm")
+    logits, target = x["logits"].reshape(64, -1).double(), x["target"].reshape(-1)
+    valid = (target >= 0) & (target < 1000)
+    p = torch.softmax(logits, -1).gather(-1, target.clamp(0, 999).unsqueeze(-1)).squeeze(-1)
+    confident, other = p[0::2][valid[0::2]], p[1::2][valid[1::2]]
+    assert len(confident) > 20 and bool(((confident > 0.45) & (confident < 0.9997)).all())
+    assert float(other.max()) < 0.45

@@ -69,6 +69,16 @@ def test_each_planted_bug_fails_on_every_default_logp_shape(planted, bug):
     assert qwen.message.endswith(f"[seed 0, {qwen.failing_distribution or qwen.distribution}]")
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_a_target_gradient_from_a_16_bit_softmax_fails_on_confident_tokens(planted, dtype):
+    """Liger's cross-entropy pattern (``g`` added to the stored 16-bit ``-g p``): exact
+    where targets are uniform draws, off where an lm row's target holds 50% to 99.9% of
+    the softmax, as a rollout's own sampled token does (uniform targets only: passed)."""
+    cat = with_candidate(planted, "liger", "backward_bugs:target_from_stored_softmax")
+    (res,) = _results(cat, "logp", ["liger"], dtype, QWEN3, seeds=[0])
+    assert res.status == "fail" and "gradient:logits, target column:" in res.message, res.message
+
+
 # backward_accuracy alone (fp32 atol 1e-5) on the Qwen3 vocab: the dropped terms are at
 # most 2^-20 x |upstream| off (max error 2.3e-6), inside it; the bf16 logsumexp and the
 # bf16 softmax are caught too, on the rows offset by 1e4 ("large": 6e-2 and 2e-3 off)

@@ -111,3 +111,26 @@ def test_the_gradient_scale_is_the_size_of_the_terms_at_a_confident_target():
     torch.testing.assert_close(scale[0, 0], 2 * (1 + p[0, 0]), rtol=1e-14, atol=0)
     torch.testing.assert_close(scale[0, 1:], grad[0, 1:].abs(), rtol=1e-14, atol=0)
     assert float(scale[1].abs().sum()) == 0.0
+
+
+def test_the_precision_floor_is_in_ulps_of_one_at_confident_tokens(catalog):
+    """At a confident token (an lm row's) logp = -log(s), s near 1: the honest torch
+    candidate errs by the sum's rounding (2.0e-7 here, 5 times the reference's, which its
+    own summation order happened to make small). The spec's floor_magnitude = 1
+    passes it; without it (ulps of max|logp| alone) it fails, a false alarm."""
+    from dataclasses import replace
+
+    from kernelcheck.spec.model import CheckConfig
+
+    op = catalog.ops["logp"]
+    params = op.checks["forward_precision"].params
+    assert params["floor_magnitude"] == 1.0
+    # a confident row alone: the part's max|logp| is its own
+    shape, kw = {"batch": 1, "vocab": 151936}, dict(seeds=[0], distributions="lm")
+    res = run_one(catalog, "logp", "torch", "forward_precision", "fp32", shape, **kw)
+    assert res.status == "pass", res.message
+    bare = CheckConfig(params={**params, "floor_magnitude": 0.0})
+    op = replace(op, checks={**op.checks, "forward_precision": bare})
+    cat = replace(catalog, ops={**catalog.ops, "logp": op})
+    res = run_one(cat, "logp", "torch", "forward_precision", "fp32", shape, **kw)
+    assert res.status == "fail" and "cancellation?" in res.message, res.message
