@@ -27,8 +27,9 @@ def rows_for(row_work: int) -> int:
     """Rows per call: ``WORK`` over a row's (its dims' product: vocab, hidden, linear_logp's
     hidden x vocab), and two at least, so that two batches differ. Each op
     then runs long enough for the other thread to get in: on rms_norm with a buffer held
-    through a whole call (tests/fixtures/generic_bugs.py), 16 x 256 elements met it in 5
-    of 230 calls, 256 x 256 in 102 of 178 (2 cores, loaded). A window of a few short ops
+    through a whole call (tests/fixtures/generic_bugs.py), an earlier four-thread version
+    of the probe met it in 5 of 230 calls at 16 x 256 elements, in 102 of 178 at 256 x 256
+    (2 cores, loaded). A window of a few short ops
     (staged, then read back at once) is met far less often, and may be missed."""
     return max(2, -(-WORK // max(1, row_work)))
 

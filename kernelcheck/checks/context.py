@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -75,6 +76,12 @@ class CaseContext:
     @property
     def lead(self) -> tuple[int, ...]:
         return lead_shape(self.op, self.sizes)
+
+    @property
+    def row_work(self) -> int:
+        """The product of a row's dims (the non-lead ones), at least 1: the multiply-adds
+        a row costs, which bounds how many rows the big batches can afford."""
+        return max(1, math.prod(n for d, n in self.sizes.items() if d not in self.op.lead))
 
     def tolerance(self, judgment: str, name: str | None = None) -> Tolerance | None:
         return self.op.tolerance(judgment, self.case.dtype, name)

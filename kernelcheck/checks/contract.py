@@ -11,7 +11,7 @@ backward handed a non-contiguous upstream gradient, as autograd hands one to a k
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import torch
@@ -627,27 +627,24 @@ class Contract(Check):
         others = [d for d in op.grid.dtypes if d != ctx.case.dtype]
         if not cased or not others:
             return
-        first = ctx.call(ctx.to_device(head))
-        before = len(self.problems)
-        for d in others:
-            inputs = {k: v.to(dtypes.torch_dtype(d)) if k in cased else v for k, v in head.items()}
-            if any(_overflows(head[k], inputs[k]) for k in cased):
-                continue  # a value past the dtype's range: another input, not this probe's
-            outs = ctx.call(ctx.to_device(inputs))
-            for o, g, w in zip(op.outputs, outs, gold.forward(op, ctx.gold_fn, inputs, lead)):
-                own = op.tolerance("forward_accuracy", d, o.name)
-                tol = _wider(own, ctx.tolerance("forward_accuracy", o.name))
-                what = f"{d} inputs after a {ctx.case.dtype} call: output {o.name!r}"
-                self._close(what, "the gold's", tol, g, w)
-        for o, a, b in zip(op.outputs, first, ctx.call(ctx.to_device(head))):
-            if not bool((bits(a.cpu()) == bits(b.cpu())).all()):
-                self.problems.append(
-                    f"output {o.name!r} after calls in {', '.join(others)} differs from the "
-                    f"same {ctx.case.dtype} call's before them: "
-                    + first_bit_difference(b.cpu(), a.cpu())
-                )
-        if len(self.problems) == before:
-            self.passed.append(f"calls in {', '.join(others)} between two in {ctx.case.dtype}")
+
+        def calls_in_other_dtypes() -> list[str]:
+            for d in others:
+                inputs = {
+                    k: v.to(dtypes.torch_dtype(d)) if k in cased else v for k, v in head.items()
+                }
+                if any(_overflows(head[k], inputs[k]) for k in cased):
+                    continue  # a value past the dtype's range: another input, not this probe's
+                outs = ctx.call(ctx.to_device(inputs))
+                want = gold.forward(op, ctx.gold_fn, inputs, lead)
+                for o, g, w in zip(op.outputs, outs, want):
+                    own = op.tolerance("forward_accuracy", d, o.name)
+                    tol = _wider(own, ctx.tolerance("forward_accuracy", o.name))
+                    what = f"{d} inputs after a {ctx.case.dtype} call: output {o.name!r}"
+                    self._close(what, "the gold's", tol, g, w)
+            return others
+
+        self._same_bits_around(head, ctx.case.dtype, calls_in_other_dtypes)
 
     def _other_attributes(self, trial: Trial) -> None:
         """The same rows at each other value of each attribute the candidate takes (the
@@ -661,27 +658,40 @@ class Contract(Check):
         if ctx.rebound is None or not ctx.other_attribute_values:
             return
         head, lead = self._head(trial)
-        first = ctx.call(ctx.to_device(head))
-        before, tried = len(self.problems), []
         at = ", ".join(f"{k}={ctx.case.attributes[k]}" for k in ctx.other_attribute_values)
-        for name, values in ctx.other_attribute_values.items():
-            for value in values:
-                fn, gold_fn = ctx.rebound({name: value})
-                outs = replace(ctx, fn=fn, gold_fn=gold_fn).call(ctx.to_device(head))
-                want = gold.forward(op, gold_fn, head, lead)
-                for o, g, w in zip(op.outputs, outs, want):
-                    tol = ctx.tolerance("forward_accuracy", o.name)
-                    what = f"{name}={value} after a call at {at}: output {o.name!r}"
-                    self._close(what, "the gold's", tol, g, w)
-                tried.append(f"{name}={value}")
-        for o, a, b in zip(op.outputs, first, ctx.call(ctx.to_device(head))):
+
+        def calls_at_other_values() -> list[str]:
+            tried = []
+            for name, values in ctx.other_attribute_values.items():
+                for value in values:
+                    fn, gold_fn = ctx.rebound({name: value})
+                    outs = replace(ctx, fn=fn, gold_fn=gold_fn).call(ctx.to_device(head))
+                    want = gold.forward(op, gold_fn, head, lead)
+                    for o, g, w in zip(op.outputs, outs, want):
+                        tol = ctx.tolerance("forward_accuracy", o.name)
+                        what = f"{name}={value} after a call at {at}: output {o.name!r}"
+                        self._close(what, "the gold's", tol, g, w)
+                    tried.append(f"{name}={value}")
+            return tried
+
+        self._same_bits_around(head, at, calls_at_other_values)
+
+    def _same_bits_around(self, head: dict, at: str, others: Callable[[], list[str]]) -> None:
+        """Call on ``head`` at the case's settings (``at``), make the other calls
+        (``others``, which judges them and names them), then call again: the last call
+        must give the first call's bits, as a cache keyed right gives them."""
+        ctx = self.ctx
+        first = ctx.call(ctx.to_device(head))
+        before = len(self.problems)
+        tried = ", ".join(others())
+        for o, a, b in zip(ctx.op.outputs, first, ctx.call(ctx.to_device(head))):
             if not bool((bits(a.cpu()) == bits(b.cpu())).all()):
                 self.problems.append(
-                    f"output {o.name!r} at {at} after calls at {', '.join(tried)} differs "
-                    "from the same call's before them: " + first_bit_difference(b.cpu(), a.cpu())
+                    f"output {o.name!r} at {at} after calls at {tried} differs from the same "
+                    "call's before them: " + first_bit_difference(b.cpu(), a.cpu())
                 )
         if len(self.problems) == before:
-            self.passed.append(f"calls at {', '.join(tried)} between two at {at}")
+            self.passed.append(f"calls at {tried} between two at {at}")
 
     def _gold_gradients(self, inputs: dict, upstream: list, lead) -> dict[str, torch.Tensor]:
         """The float64 gold gradient of each grad input, whole (rows flattened)."""
@@ -912,9 +922,7 @@ class Contract(Check):
             return
         head, _ = self._head(trial)
         row = [k for k in head if op.is_row_wise(op.input(k))]
-        rows = concurrent_calls.rows_for(
-            math.prod(n for d, n in ctx.sizes.items() if d not in op.lead)
-        )
+        rows = concurrent_calls.rows_for(ctx.row_work)
         mine = {
             k: v.repeat_interleave(-(-rows // len(v)), 0)[:rows] if k in row else v
             for k, v in head.items()

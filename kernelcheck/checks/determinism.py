@@ -55,13 +55,17 @@ class Determinism(Check):
         results = [("output", o.detach().cpu()) for o in outs]
         if self.ctx.grad:
             outs, grads = trial.own_call(lambda dev: self.ctx.call_backward(dev, trial.upstream))
-            # digested at once: a Qwen3-sized gradient is freed before anything else runs
-            results += [
-                (f"gradient:{n}", row_digests(self.ctx.input_rows(n, g.cpu())))
-                for n, g in grads.items()
-            ]
-            results += [(WITH_GRAD, o.detach().cpu()) for o in outs]
+            results += self._backward_results(outs, grads)
         return results
+
+    def _backward_results(self, outs: list, grads: dict) -> list:
+        """A backward call's gradients as row digests (at once: a Qwen3-sized gradient is
+        freed before anything else runs), then its outputs."""
+        digests = [
+            (f"gradient:{n}", row_digests(self.ctx.input_rows(n, g.cpu())))
+            for n, g in grads.items()
+        ]
+        return digests + [(WITH_GRAD, o.detach().cpu()) for o in outs]
 
     def observe(self, trial: Trial) -> None:
         # run 1 is the trial's own call, which the accuracy checks share
@@ -98,8 +102,7 @@ class Determinism(Check):
         """The training batch's rows: ``big_rows``, fewer at long rows (``big_work``
         products of a row's dims in all); 0 where that is no more than the case's."""
         ctx = self.ctx
-        work = max(1, math.prod(n for d, n in ctx.sizes.items() if d not in ctx.op.lead))
-        rows = min(int(self.params["big_rows"]), int(self.params["big_work"]) // work)
+        rows = min(int(self.params["big_rows"]), int(self.params["big_work"]) // ctx.row_work)
         return rows if rows > math.prod(ctx.lead) else 0
 
     def _training_batch(self, trial: Trial) -> None:
@@ -117,11 +120,7 @@ class Determinism(Check):
         reference = []
         with torch_threads(int(self.params["threads"])):
             for r in range(3):
-                outs, grads = ctx.call_backward(ctx.to_device(inputs), ups)
-                results = [(WITH_GRAD, o.detach().cpu()) for o in outs] + [
-                    (f"gradient:{n}", row_digests(ctx.input_rows(n, g.cpu())))
-                    for n, g in grads.items()
-                ]
+                results = self._backward_results(*ctx.call_backward(ctx.to_device(inputs), ups))
                 if not reference:
                     reference = results
                     continue

@@ -196,7 +196,7 @@ class _Invariance(Check):
         tokens at hidden 1,024 and vocab 1,000 would be 17 G multiply-adds, 2,048 are 2 G."""
         itemsize = dtypes.torch_dtype(self.ctx.case.dtype).itemsize
         elements = int(self.params["big_elements"])
-        work = max(1, math.prod(n for d, n in self.ctx.sizes.items() if d not in self.ctx.op.lead))
+        work = self.ctx.row_work
         want = min(int(self.params["big_rows"]), -(-elements // self._row_bytes(1)))
         if self.sweeps_big():  # by the work per row (linear_logp's hidden x vocab)
             want = max(want, elements // work)
