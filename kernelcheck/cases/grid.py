@@ -103,6 +103,16 @@ def lead_shape(op: OpSpec, sizes: dict[str, int]) -> tuple[int, ...]:
     return tuple(sizes[d] for d in op.lead if d in sizes)
 
 
+def lead_sizes(op: OpSpec, rows: int) -> dict[str, int]:
+    """``rows`` rows in the first lead dim; the other lead dims left out when optional,
+    else 1, so the shape is one ``--shape`` reads back."""
+    out = {op.lead[0]: rows}
+    for d in op.lead[1:]:
+        if not op.dims[d].optional:
+            out[d] = 1
+    return out
+
+
 def rows(op: OpSpec, sizes: dict[str, int]) -> int:
     return math.prod(lead_shape(op, sizes))
 

@@ -53,11 +53,12 @@ all entries; a gradient of a shared input (a norm's weight) is one row.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from kernelcheck import gold
+from kernelcheck.cases.grid import lead_sizes
 from kernelcheck.cases.inputs import parts_of
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.differentiable import differentiable_call
@@ -121,7 +122,9 @@ class BackwardPrecision(Check):
     name = "backward_precision"
     uses = frozenset({"grads", "reference_grads"})
     needs_grad = True
-    PARAMS = {"ratio": 2.0, "floor_ulp": 8}
+    # a training batch for the gradients of shared inputs: rows up to ``big_rows``, and up
+    # to ``big_work`` products of a row's dims (0: none), as ``determinism``'s
+    PARAMS = {"ratio": 2.0, "floor_ulp": 8, "big_rows": 4096, "big_work": 1 << 22}
     summary = (
         "each gradient's relative L1 error per row (its scale taken out) <= ratio x an "
         "honest fp32 reference gradient's + a rounding floor, per element class"
@@ -134,6 +137,8 @@ class BackwardPrecision(Check):
         self.shape_problem: tuple[Trial, str] | None = None
         self.nonfinite: dict[str, int] = {}  # this trial's, per gradient
         self._indices: dict[str, torch.Tensor] = {}  # this trial's index rows, per gradient
+        self.shared_only = False  # judge the gradients of shared inputs alone
+        self.batch_done = False
         op = ctx.op
         self.index_of = {n: _index_input(op, n) for n in op.grad_inputs}
 
@@ -175,6 +180,8 @@ class BackwardPrecision(Check):
         """The candidate's gradients as ``[rows, n]`` (a shared input's as one row)."""
         out = {}
         for name, g in trial.grads.items():
+            if self.shared_only and self.ctx.op.is_row_wise(self.ctx.op.input(name)):
+                continue
             want = tuple(trial.cpu_inputs[name].shape)
             if tuple(g.shape) != want:
                 if self.shape_problem is None:
@@ -203,6 +210,34 @@ class BackwardPrecision(Check):
         if mine is None:  # the reference's came from the store: the gold alone, once
             mine = self._sums(trial, cand, with_reference=False)["cand"]
         self._judge_trial(trial, {**stored, "cand": mine})
+        if not self.batch_done:
+            self.batch_done = True
+            self._training_batch(trial)
+
+    def _training_batch(self, trial: Trial) -> None:
+        """The gradients of shared inputs (a norm's weight) judged again on a fresh draw of
+        a training batch's rows (up to 4,096): such a gradient sums every row, and a kernel
+        may keep its partial sums in 16 bits (Triton's layer-norm tutorial keeps its dW
+        partials in x's dtype, one per 64-row group), which at the grid's 64 rows hold one
+        row each and round like an honest result."""
+        ctx, op = self.ctx, self.ctx.op
+        rows = ctx.training_rows(int(self.params["big_rows"]), int(self.params["big_work"]))
+        if self.shared_only or not rows or all(op.is_row_wise(op.input(n)) for n in self.index_of):
+            return
+        inner = {d: n for d, n in ctx.sizes.items() if d not in op.lead}
+        judge = BackwardPrecision(ctx.at_sizes({**lead_sizes(op, rows), **inner}), self.params)
+        judge.shared_only = judge.batch_done = True
+        batch = Trial(judge.ctx, trial.seed, trial.distribution)
+        try:
+            judge.observe(batch)
+        finally:
+            batch.release()
+        at = f"at a training batch of {rows} rows"
+        if judge.shape_problem is not None and self.shape_problem is None:
+            self.shape_problem = (trial, f"{judge.shape_problem[1]} ({at})")
+        for j in (judge.failed, judge.closest):
+            if j is not None:
+                self._keep(replace(j, label=f"{j.label}, {at}"))
 
     def _sums(self, trial: Trial, cand: dict, with_reference: bool) -> dict[str, Sums]:
         """One pass over the gold gradient (and, ``with_reference``, the reference's, in the
@@ -345,6 +380,10 @@ class BackwardPrecision(Check):
             self.nonfinite.get(grad, 0),
             allowance,
         )
+        self._keep(judged)
+
+    def _keep(self, judged: Judged) -> None:
+        """Keep ``judged`` if it is the closest to its limit, or the furthest over it."""
         if self.closest is None or judged.margin > self.closest.margin:
             self.closest = judged
         over = not judged.cand <= judged.bound

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -82,6 +82,19 @@ class CaseContext:
         """The product of a row's dims (the non-lead ones), at least 1: the multiply-adds
         a row costs, which bounds how many rows the big batches can afford."""
         return max(1, math.prod(n for d, n in self.sizes.items() if d not in self.op.lead))
+
+    def at_sizes(self, sizes: dict[str, int], share: bool = False) -> CaseContext:
+        """The case's context at another shape: same candidate, dtype, attributes; its
+        trials shared with the other candidates only if ``share``."""
+        case = replace(self.case, shape=tuple(sizes.items()))
+        shared = self.shared if share else SharedTrials(None)
+        return replace(self, case=case, shared=shared, _pools={})
+
+    def training_rows(self, big_rows: int, big_work: int) -> int:
+        """A training batch's rows: ``big_rows``, fewer at long rows (``big_work``
+        products of a row's dims in all); 0 where that is no more than the case's own."""
+        rows = min(big_rows, big_work // self.row_work)
+        return rows if rows > math.prod(self.lead) else 0
 
     def tolerance(self, judgment: str, name: str | None = None) -> Tolerance | None:
         return self.op.tolerance(judgment, self.case.dtype, name)

@@ -12,8 +12,6 @@ a Qwen3-sized gradient: the trial's own gradient is freed before the repeats run
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from kernelcheck.checks.check import Check
@@ -98,20 +96,13 @@ class Determinism(Check):
             self.batch_done = True
             self._training_batch(trial)
 
-    def training_rows(self) -> int:
-        """The training batch's rows: ``big_rows``, fewer at long rows (``big_work``
-        products of a row's dims in all); 0 where that is no more than the case's."""
-        ctx = self.ctx
-        rows = min(int(self.params["big_rows"]), int(self.params["big_work"]) // ctx.row_work)
-        return rows if rows > math.prod(ctx.lead) else 0
-
     def _training_batch(self, trial: Trial) -> None:
         """Forward and backward on a fresh draw of a training batch's rows, three times at
         ``threads`` threads: the gradient of a shared input (a norm's weight, an lm_head)
         sums every row, and a kernel may add its blocks' partial sums in the order they
         finish once the rows are many (atomics past 1,024 rows), never at the grid's."""
         ctx, op = self.ctx, self.ctx.op
-        rows = self.training_rows()
+        rows = ctx.training_rows(int(self.params["big_rows"]), int(self.params["big_work"]))
         if not ctx.grad or not rows or all(op.is_row_wise(op.input(n)) for n in op.grad_inputs):
             return
         lead = (rows,)

@@ -38,14 +38,11 @@ the long-row path) shows at the size edges, where those paths begin.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
-from kernelcheck.cases.grid import Case
+from kernelcheck.cases.grid import lead_sizes
 from kernelcheck.cases.inputs import MIX, parts_of
-from kernelcheck.cases.trial_store import SharedTrials
 from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
 from kernelcheck.checks.check import Check
-from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import OpSpec
@@ -98,16 +95,6 @@ def swept_dims(op: OpSpec) -> list[str]:
     """The dims a kernel loops over inside a row: every dim that is not a lead dim
     (logp's vocab; linear_logp's hidden and vocab), in spec order."""
     return [d for d in op.dims if d not in op.lead]
-
-
-def lead_sizes(op: OpSpec, rows: int) -> dict[str, int]:
-    """``rows`` rows in the first lead dim; the other lead dims left out when optional,
-    else 1, so the shape is one ``--shape`` reads back."""
-    out = {op.lead[0]: rows}
-    for d in op.lead[1:]:
-        if not op.dims[d].optional:
-            out[d] = 1
-    return out
 
 
 def sweep_shapes(op: OpSpec, rows: int, full: bool = True) -> list[tuple[str, dict[str, int]]]:
@@ -166,14 +153,6 @@ class ShapeSweep(Check):
     def trials_wanted(self, trials: list[Trial]) -> list[Trial]:
         return trials[:1]  # one draw per shape: the sweep's coverage is its shapes
 
-    def _context(self, sizes: dict[str, int], share: bool) -> CaseContext:
-        """The case's context at another shape: same candidate, dtype, attributes; its
-        trial shared with the other candidates (``share``) or not (small shapes: a file
-        per part would cost more than drawing them again)."""
-        case: Case = replace(self.ctx.case, shape=tuple(sizes.items()))
-        shared = self.ctx.shared if share else SharedTrials(None)
-        return replace(self.ctx, case=case, shared=shared, _pools={})
-
     def observe(self, trial: Trial) -> None:
         # every distribution of the case, one row each (a mixed trial deals them in turn)
         dist = MIX.join(self.ctx.case.distributions)
@@ -194,7 +173,9 @@ class ShapeSweep(Check):
         return self._classes
 
     def _judge(self, seed: int, dist: str, label: str, sizes: dict[str, int]) -> None:
-        sub = self._context(sizes, share=math.prod(sizes.values()) >= SHARE_ELEMENTS)
+        # shared with the other candidates, or not (small shapes: a file per part would
+        # cost more than drawing them again)
+        sub = self.ctx.at_sizes(sizes, share=math.prod(sizes.values()) >= SHARE_ELEMENTS)
         at = Trial(sub, seed, dist)
         try:
             for cls in self._judge_classes():

@@ -202,3 +202,26 @@ def test_a_bf16_logsumexp_fails_in_16_bits_despite_the_flip_allowance(planted, d
     (res,) = _results(planted, "logp", ["bf16_logsumexp"], dtype, shape, seeds=[0])
     assert res.status == "fail" and res.metrics["ratio"] > 10, res.message
     assert 0 < res.tolerance.get("flip_allowance", 0) < res.tolerance["limit"]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_a_shared_inputs_gradient_is_judged_at_a_training_batch_too(dtype):
+    """rms_norm's weight gradient with its 64 partial sums kept in x's dtype: each holds
+    one row at the grid's 64 rows at most (as precise as the honest one there), and
+    rounds each sum again at the training batch's 4,096 rows."""
+    from kernelcheck.spec.model import CheckConfig
+    from tests.conftest import FIXTURES, run_one
+
+    planted = api.load_catalog([FIXTURES / "planted_rms_norm.toml"])
+    bug, shape = "weight-grad-partials-in-x-dtype", {"batch": 64, "hidden": 1000}
+    res = run_one(planted, "rms_norm", bug, "backward_precision", dtype, shape)
+    assert res.status == "fail", res.message
+    assert "gradient:weight, all entries, at a training batch of 4096 rows" in res.message
+    honest = run_one(planted, "rms_norm", "torch", "backward_precision", dtype, shape)
+    assert honest.status == "pass", honest.message
+    op = planted.ops["rms_norm"]
+    grid_rows_only = CheckConfig(params={"big_rows": 0})
+    op = replace(op, checks={**op.checks, "backward_precision": grid_rows_only})
+    cat = replace(planted, ops={**planted.ops, "rms_norm": op})
+    res = run_one(cat, "rms_norm", bug, "backward_precision", dtype, shape)
+    assert res.status == "pass", res.message

@@ -64,6 +64,8 @@ PLANTED_BUGS = [
     ("eps-compiled-into-cache", "contract", "fp32", "eps=1e-05 after a call at eps=1e-06"),
     # atomics past 1,024 rows: the grid's rows never get there
     ("weight-grad-in-finish-order", "determinism", "fp32", "(at 4096 rows, 8 threads)"),
+    # 16-bit dW partials, one per 64-row group: one row each at the grid's rows
+    ("weight-grad-partials-in-x-dtype", "backward_precision", "bf16", "training batch of 4096"),
 ]
 
 
