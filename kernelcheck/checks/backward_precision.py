@@ -71,6 +71,12 @@ from kernelcheck.checks.metrics import (
     worst_relative,
 )
 from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.rounding import (
+    RoundingCounts,
+    count_rounding,
+    first_rounding_problem,
+    worst_excess,
+)
 from kernelcheck.checks.rows import fmt_index
 from kernelcheck.checks.trial import Trial
 
@@ -124,7 +130,7 @@ class BackwardPrecision(Check):
     needs_grad = True
     # a training batch for the gradients of shared inputs: rows up to ``big_rows``, and up
     # to ``big_work`` products of a row's dims (0: none), as ``determinism``'s
-    PARAMS = {"ratio": 2.0, "floor_ulp": 8, "big_rows": 4096, "big_work": 1 << 22}
+    PARAMS = {"ratio": 2.0, "floor_ulp": 8, "big_rows": 4096, "big_work": 1 << 28}
     summary = (
         "each gradient's relative L1 error per row (its scale taken out) <= ratio x an "
         "honest fp32 reference gradient's + a rounding floor, per element class"
@@ -137,8 +143,12 @@ class BackwardPrecision(Check):
         self.shape_problem: tuple[Trial, str] | None = None
         self.nonfinite: dict[str, int] = {}  # this trial's, per gradient
         self._indices: dict[str, torch.Tensor] = {}  # this trial's index rows, per gradient
+        # per 16-bit gradient, which way it is off the gold's nearest value (rounding.py)
+        self.rounding: dict[str, RoundingCounts] = {}
+        self.first_trial: Trial | None = None
         self.shared_only = False  # judge the gradients of shared inputs alone
         self.batch_done = False
+        self.frozen_done = False
         op = ctx.op
         self.index_of = {n: _index_input(op, n) for n in op.grad_inputs}
 
@@ -176,10 +186,11 @@ class BackwardPrecision(Check):
 
     # --- gathering ------------------------------------------------------------------
 
-    def _candidate_rows(self, trial: Trial) -> dict[str, torch.Tensor]:
-        """The candidate's gradients as ``[rows, n]`` (a shared input's as one row)."""
+    def _candidate_rows(self, trial: Trial, grads: dict | None = None) -> dict[str, torch.Tensor]:
+        """The candidate's gradients (``grads``, default the trial's) as ``[rows, n]`` (a
+        shared input's as one row)."""
         out = {}
-        for name, g in trial.grads.items():
+        for name, g in (trial.grads if grads is None else grads).items():
             if self.shared_only and self.ctx.op.is_row_wise(self.ctx.op.input(name)):
                 continue
             want = tuple(trial.cpu_inputs[name].shape)
@@ -193,6 +204,7 @@ class BackwardPrecision(Check):
         return out
 
     def observe(self, trial: Trial) -> None:
+        self.first_trial = self.first_trial or trial
         cand = self._candidate_rows(trial)
         self.nonfinite = {}
         self._indices = {
@@ -210,9 +222,30 @@ class BackwardPrecision(Check):
         if mine is None:  # the reference's came from the store: the gold alone, once
             mine = self._sums(trial, cand, with_reference=False)["cand"]
         self._judge_trial(trial, {**stored, "cand": mine})
+        if not self.frozen_done:
+            self.frozen_done = True
+            self._frozen_paths(trial, stored)
         if not self.batch_done:
             self.batch_done = True
             self._training_batch(trial)
+
+    def _frozen_paths(self, trial: Trial, stored: dict[str, Sums]) -> None:
+        """Each gradient again from a call where it alone requires grad (the others frozen:
+        LoRA's base, a frozen lm_head or norm), judged against the same gold and
+        reference: autograd takes another path there, and a kernel may take another
+        kernel (a gradient filter left on in a frozen-head path). Once per case, as
+        ``backward_accuracy``'s frozen call."""
+        names = self.ctx.op.grad_inputs
+        if self.shared_only or len(names) < 2:
+            return
+        for k in names:
+            self.progress(f"gradient:{k} alone")
+            dev = self.ctx.to_device(trial.cpu_inputs)
+            _, grads = self.ctx.call_backward(dev, trial.upstream, wrt=(k,))
+            cand = self._candidate_rows(trial, {k: grads[k].cpu()})
+            mine = self._sums(trial, cand, with_reference=False)["cand"]
+            frozen = ", ".join(n for n in names if n != k)
+            self._judge_trial(trial, {**stored, "cand": mine}, f" ({frozen} frozen)")
 
     def _training_batch(self, trial: Trial) -> None:
         """The gradients of shared inputs (a norm's weight) judged again on a fresh draw of
@@ -226,7 +259,7 @@ class BackwardPrecision(Check):
             return
         inner = {d: n for d, n in ctx.sizes.items() if d not in op.lead}
         judge = BackwardPrecision(ctx.at_sizes({**lead_sizes(op, rows), **inner}), self.params)
-        judge.shared_only = judge.batch_done = True
+        judge.shared_only = judge.batch_done = judge.frozen_done = True
         batch = Trial(judge.ctx, trial.seed, trial.distribution)
         try:
             judge.observe(batch)
@@ -238,6 +271,8 @@ class BackwardPrecision(Check):
         for j in (judge.failed, judge.closest):
             if j is not None:
                 self._keep(replace(j, label=f"{j.label}, {at}"))
+        for name, counts in judge.rounding.items():
+            self.rounding.setdefault(name, RoundingCounts()).add(counts)
 
     def _sums(self, trial: Trial, cand: dict, with_reference: bool) -> dict[str, Sums]:
         """One pass over the gold gradient (and, ``with_reference``, the reference's, in the
@@ -267,12 +302,19 @@ class BackwardPrecision(Check):
                 if with_reference:
                     self._add_flips(out["flip"], n, rows, nrows, prep, trial.cpu_inputs[n].dtype)
                 judged = {"cand": cand[n][rows]} if n in cand else {}
+                if n in cand:
+                    self._count_rounding(n, cand[n][rows], prep)
                 if ref_chunk is not None:
                     judged["ref"] = ref_chunk[n].reshape(prep.gold.shape)
                     judged["exact"] = prep.gold.to(trial.cpu_inputs[n].dtype)
                 for who, x in judged.items():
                     self._add(out[who], n, rows, nrows, self._error(who, n, x, prep), prep.picked)
         return out
+
+    def _count_rounding(self, grad: str, x: torch.Tensor, prep: GoldRows) -> None:
+        """Add which way ``x`` is off the gold's nearest value (16-bit gradients only)."""
+        want = prep.gold if prep.finite is None else prep.gold.masked_fill(~prep.finite, math.nan)
+        self.rounding.setdefault(grad, RoundingCounts()).add(count_rounding(x, want))
 
     def _add_flips(self, sums: Sums, grad: str, rows: slice, nrows: int, prep, dtype) -> None:
         """Per row, what one 16-bit rounding flip there can add to the index column's
@@ -331,7 +373,7 @@ class BackwardPrecision(Check):
 
     # --- judging ----------------------------------------------------------------------
 
-    def _judge_trial(self, trial: Trial, sums: dict[str, Sums]) -> None:
+    def _judge_trial(self, trial: Trial, sums: dict[str, Sums], suffix: str = "") -> None:
         parts = parts_of(trial.distribution)
         for n, classes in sums["cand"].items():
             row_wise = self.ctx.op.is_row_wise(self.ctx.op.input(n))
@@ -345,7 +387,8 @@ class BackwardPrecision(Check):
                         who: s[n][cls][rows] for who, s in sums.items() if cls in s.get(n, {})
                     }
                     where = "" if pooled or not row_wise else (k, step)
-                    self._judge(trial, n, _label(cls, pooled), dist, picked, pooled, where)
+                    label = _label(cls, pooled) + suffix
+                    self._judge(trial, n, label, dist, picked, pooled, where)
 
     def _judge(self, trial, grad, label, dist, picked, pooled, where) -> None:
         gold_sums = picked.pop("gold")
@@ -398,6 +441,9 @@ class BackwardPrecision(Check):
             trial, what = self.shape_problem
             message = f"{what} [seed {trial.seed}, {trial.distribution}]"
             return Outcome("fail", message, {}, tol, trial.seed, trial.distribution)
+        rounded = self._rounding_failure(tol)
+        if rounded is not None:
+            return rounded
         j = self.failed or self.closest
         if j is None:
             return Outcome("pass", "no gradient with a nonzero gold to judge", {}, tol)
@@ -413,9 +459,31 @@ class BackwardPrecision(Check):
         if j.nonfinite:
             metrics["n_nonfinite"] = j.nonfinite
         if self.failed is None:
+            excess = worst_excess(self.rounding)
+            if excess is not None:
+                metrics["rounding_excess"] = excess
             return Outcome("pass", "", metrics, tol, j.seed, j.distribution)
-        message = f"{_message(j, self.params)} [seed {j.seed}, {j.distribution}]"
+        message = _message(j, self.params)
+        found = self._rounding_problem()
+        if found is not None:  # the likely cause of the error, where there is one
+            message += f"; also {found[0]}"
+        message += f" [seed {j.seed}, {j.distribution}]"
         return Outcome("fail", message, metrics, tol, j.seed, j.distribution, j.trial_distribution)
+
+    def _rounding_problem(self) -> tuple[str, RoundingCounts] | None:
+        """(why, counts) of the first 16-bit gradient rounded one way, or None."""
+        return first_rounding_problem(self.rounding, "gradient:{}")
+
+    def _rounding_failure(self, tol: dict) -> Outcome | None:
+        """A fail where no other failure was found and a 16-bit gradient is rounded one way."""
+        found = self._rounding_problem()
+        if self.failed is not None or self.first_trial is None or found is None:
+            return None
+        t, (problem, counts) = self.first_trial, found
+        metrics = {"rounding_excess": max(map(abs, counts.excess()))}
+        seeds = ", ".join(map(str, self.ctx.case.seeds))
+        message = f"{problem} [seeds {seeds}, {t.distribution}]"
+        return Outcome("fail", message, metrics, tol, t.seed, t.distribution)
 
 
 def _same_chunk(chunks, sl: slice | None) -> dict | None:

@@ -119,10 +119,12 @@ class CaseContext:
         """Fresh device copies, so a candidate that writes its inputs spoils nothing else."""
         return {k: v.to(self.device, copy=True) for k, v in cpu_inputs.items()}
 
-    def call(self, inputs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        """Call the candidate as the gold is called: ``fn(**inputs)``; outputs as a list."""
+    def call(self, inputs: dict[str, torch.Tensor], inference: bool = False) -> list[torch.Tensor]:
+        """Call the candidate as the gold is called: ``fn(**inputs)``; outputs as a list.
+        Under ``torch.no_grad``, or ``inference``: ``torch.inference_mode`` (a rollout's)."""
+        mode = torch.inference_mode() if inference else torch.no_grad()
         try:
-            with torch.no_grad(), self.clock.phase("candidate"), poisoned_allocations():
+            with mode, self.clock.phase("candidate"), poisoned_allocations():
                 out = self.fn(**inputs)
         except Exception as exc:
             raise candidate_fault(exc, "candidate raised") from None
@@ -161,10 +163,14 @@ class CaseContext:
         wrt: tuple[str, ...] | None = None,
     ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
         """(the call's arguments, its outputs with their graph): the forward half of
-        :meth:`call_backward`, for callers that order forwards and backwards themselves."""
+        :meth:`call_backward`, for callers that order forwards and backwards themselves.
+        A grad input that is already a leaf requiring grad is passed as it is (the same
+        tensor call after call, as a model's parameter); any other, detached."""
         args = dict(inputs)
         for name in tuple(self.op.grad_inputs) if wrt is None else wrt:
-            args[name] = args[name].detach().requires_grad_(True)
+            v = args[name]
+            if not (v.is_leaf and v.requires_grad):
+                args[name] = v.detach().requires_grad_(True)
         try:
             with torch.enable_grad(), self.clock.phase("candidate"), poisoned_allocations():
                 outs = self.outputs_list(self.fn(**args))

@@ -105,6 +105,7 @@ class Contract(Check):
             self._unused_outputs,
             self._edited_outputs,
             self._edited_inputs,
+            self._edited_indices,
             self._calls_in_flight,
             self._calls_from_threads,
             self._fp32_shared_inputs,
@@ -456,7 +457,11 @@ class Contract(Check):
         (DeepSpeed's parameter refresh, a static input buffer). The second call's outputs
         must be within the contract tolerance of the gold of the new values. A kernel that
         caches something derived from an input (an fp32 copy of a weight, a packed layout,
-        a result) keyed by its address, identity or version serves the old one."""
+        a result) keyed by its address, identity or version serves the old one. Then the
+        same with grad, the grad inputs the same leaf tensors in both calls, as a training
+        step's parameters are: outputs against the gold, gradients against a fresh call's
+        (a cache kept on the training path only: a reference model's logps reused across
+        PPO epochs)."""
         ctx, op = self.ctx, self.ctx.op
         head, lead = self._head(trial)
         shared = self._shared_floats(head)
@@ -466,20 +471,45 @@ class Contract(Check):
         names = [k for k in head if not torch.equal(new[k], head[k])]
         if not names:
             return
+        label = f"{', '.join(names)} updated in place between calls"
+        before = len(self.problems)
         dev = ctx.to_device(head)
         ctx.call(dev)
-        with torch.no_grad():
-            for k in names:  # in place: the kernel sees the same tensors, new values
-                dev[k].data.copy_(new[k])
-        got = ctx.call(dev)
-        want = gold.forward(op, ctx.gold_fn, new, lead)
-        label = f"{', '.join(names)} updated in place between calls: output"
-        before = len(self.problems)
-        for o, g, w in zip(op.outputs, got, want):
-            tol = ctx.tolerance("forward_accuracy", o.name)
-            self._close(f"{label} {o.name!r}", "the gold of the new values", tol, g, w)
+        _refill(dev, new, names)
+        self._judge_outputs(f"{label}: output", ctx.call(dev), new, lead)
+        if ctx.grad:
+            self._updated_with_grad(trial, new, names, f"{label} (with grad)")
         if len(self.problems) == before:
-            self.passed.append(f"{', '.join(names)} updated in place between calls")
+            self.passed.append(label + (", also with grad" if ctx.grad else ""))
+
+    def _updated_with_grad(self, trial: Trial, new: dict, names: list, label: str) -> None:
+        """:meth:`_updated_in_place`'s second half: two forward and backward calls on the
+        same tensors (grad inputs leaves that require grad), refilled in between."""
+        ctx, op = self.ctx, self.ctx.op
+        head, lead = self._head(trial)
+        dev = ctx.to_device(head)
+        for name in op.grad_inputs:
+            dev[name].requires_grad_(True)  # fresh copies: leaves, kept across both calls
+        ups = ctx.upstream(trial.seed, lead)
+        ctx.backward_of(*ctx.forward_with_grad(dev, ups), ups)
+        _refill(dev, new, names)
+        args, outs = ctx.forward_with_grad(dev, ups)
+        self._judge_outputs(f"{label}: output", outs, new, lead)
+        grads = ctx.backward_of(args, outs, ups)
+        # against a fresh call on the new values (two calls: twice the tolerance), not the
+        # gold: whether each gradient is right is backward_accuracy's to say
+        _, fresh = ctx.call_backward(ctx.to_device(new), ups)
+        for n, want in fresh.items():
+            tol = ctx.tolerance("backward_accuracy", n)
+            what = f"{label}: gradient {n!r}"
+            self._close(what, "a fresh call's on the new values", tol, grads[n], want, 2.0)
+
+    def _judge_outputs(self, what: str, got: list, inputs: dict, lead) -> None:
+        """Each output within the contract tolerance of the gold of ``inputs``."""
+        ctx = self.ctx
+        for o, g, w in zip(ctx.op.outputs, got, gold.forward(ctx.op, ctx.gold_fn, inputs, lead)):
+            tol = ctx.tolerance("forward_accuracy", o.name)
+            self._close(f"{what} {o.name!r}", "the gold of the new values", tol, g, w)
 
     def _fp32_shared_inputs(self, trial: Trial) -> None:
         """In a 16-bit case, the shared float inputs (a norm's weight, an lm_head, a bias)
@@ -845,6 +875,41 @@ class Contract(Check):
         it: the gradients must keep their bits, or torch must refuse (autograd's version
         counter on a saved tensor). A backward that kept an input outside
         ``save_for_backward`` (``ctx.logits = logits``) silently reads the edited values."""
+
+        def double(args: dict) -> None:
+            for v in args.values():
+                if v.is_floating_point():
+                    v.mul_(2.0)
+
+        self._edited_before_backward(trial, double, "an input", "(x2)")
+
+    def _edited_indices(self, trial: Trial) -> None:
+        """Every index input moved to the next index (where one is left) and every mask
+        negated, in place between forward and backward, as a caller refills its ids or
+        mask buffer for the next micro-batch: the gradients must keep their bits, or torch
+        must refuse. Apart from the float inputs' edit, which a saved float would refuse
+        first: a backward that kept the ids or the mask on ``ctx`` (they need no
+        gradient) reads the edited ones."""
+        ctx = self.ctx
+        edits = {s.name: s for s in ctx.op.inputs if s.values in ("index", "mask")}
+        if not edits:
+            return
+
+        def refill(args: dict) -> None:
+            for name, spec in edits.items():
+                v = args[name]
+                if v.dtype == torch.bool:
+                    v.logical_not_()
+                elif spec.values == "index":
+                    n = eval_dim_expr(spec.index_of, ctx.sizes)
+                    v.copy_(torch.where((v >= 0) & (v < n - 1), v + 1, v))
+
+        what = "an index or mask input"
+        self._edited_before_backward(trial, refill, what, "(ids + 1, masks negated)")
+
+    def _edited_before_backward(self, trial: Trial, edit, kind: str, how: str) -> None:
+        """``edit(args)`` (under no_grad) between the forward and the backward of a call:
+        the gradients must keep the unedited call's bits, or torch must refuse."""
         if not self.ctx.grad:
             return
         ctx = self.ctx
@@ -855,12 +920,10 @@ class Contract(Check):
         def edited() -> dict:
             args, outs = ctx.forward_with_grad(ctx.to_device(head), ups)
             with torch.no_grad():
-                for v in args.values():
-                    if v.is_floating_point():
-                        v.mul_(2.0)
+                edit(args)
             return ctx.backward_of(args, outs, ups)
 
-        self._edit_verdict("an input", "(x2)", edited, want)
+        self._edit_verdict(kind, how, edited, want)
 
     def _calls_in_flight(self, trial: Trial) -> None:
         """Two calls of one shape in flight (forward A, forward B, backward A, backward B:
@@ -1037,3 +1100,11 @@ class Contract(Check):
             status = "fail" if self.problems else "error"
             return Outcome(status, msg, metrics, {"mode": "exact"}, seed, dist)
         return Outcome("pass", "", metrics, {"mode": "exact"}, seed, dist)
+
+
+def _refill(dev: dict, new: dict, names: list) -> None:
+    """Write ``new``'s values of ``names`` into ``dev``'s tensors through ``.data``: the
+    same tensors, their version counters as they were."""
+    with torch.no_grad():
+        for k in names:
+            dev[k].data.copy_(new[k])

@@ -34,7 +34,7 @@ class Determinism(Check):
         # a training batch for the gradients of shared inputs: rows up to this many, and
         # up to big_work products of a row's dims (0: no such runs)
         "big_rows": 4096,
-        "big_work": 1 << 22,
+        "big_work": 1 << 28,
     }
     summary = (
         "repeated runs (forward, and backward with its call's outputs when on) are bit-identical"

@@ -65,12 +65,16 @@ class Integrity(Check):
             self.faults.append(f"a second call: {exc}")
 
     def _second_call(self, trial: Trial) -> None:
-        """Results of one call (forward; backward: outputs and gradients) against the same
-        results after a call on other inputs of the same shape: unchanged bits, no shared
-        storage."""
+        """Results of one call (forward, under no_grad and under inference_mode; backward:
+        outputs and gradients) against the same results after a call on other inputs of
+        the same shape: unchanged bits, no shared storage."""
         inputs, lead = self._edge_inputs(trial, plant=False)
         other = self.ctx.draw(trial.seed, trial.distribution, lead, salt="second")
-        calls = [("forward", lambda x: self.ctx.call(self.ctx.to_device(x)))]
+        calls = [
+            ("forward", lambda x: self.ctx.call(self.ctx.to_device(x))),
+            # a rollout's: no autograd, no version counters, where a kernel may reuse more
+            ("forward (inference_mode)", lambda x: self.ctx.call(self.ctx.to_device(x), True)),
+        ]
         if self.ctx.grad:
             upstream = self.ctx.upstream(trial.seed, lead, salt="second")
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -90,6 +91,25 @@ def lead_layouts(n: int, lead_3d: bool) -> list[tuple[str, tuple[int, ...]]]:
         if b is not None:
             layouts.append(("3-D", (b, n // b)))
     return layouts
+
+
+def small_leads(lead_dims: int) -> list[tuple[str, Callable[[int], tuple[int, ...]]]]:
+    """The lead shapes of the small batches, as functions of the batch's rows: ``(n,)``,
+    and with two lead dims ``(n, 1)`` and ``(1, n)`` too (a decode step's one token per
+    sequence, a packed sequence): a kernel may take another path at a unit dim."""
+    flat = [("(n,)", lambda n: (n,))]
+    if lead_dims < 2:
+        return flat
+    return [*flat, ("(n, 1)", lambda n: (n, 1)), ("(1, n)", lambda n: (1, n))]
+
+
+def batch_layout(k: int, sizes: int, shapes: int) -> tuple[int, int]:
+    """(thread count: 0 few, 1 many; lead shape) of the k-th small batch. Constant within
+    a round of the ``sizes`` batch sizes and cycling over rounds, so every size meets
+    every combination (alternating batch by batch, an even number of sizes would pin
+    each size to one thread count)."""
+    combo = (k // sizes) % (2 * shapes)
+    return combo % 2, combo // 2
 
 
 def placed_rows(
@@ -208,8 +228,14 @@ class _Invariance(Check):
         it sets as many attributes off the grid as the attribute sweeps combine (two, or
         the one an op sweeps), each at its first sweep value, so each swept attribute
         meets a kernel's large-batch path (a temperature forgotten past 2^25 logits)
-        once, and a repro pinning them does too."""
+        once, and a repro pinning them does too. An op that sweeps no attribute takes it
+        in its first dtype's case of its first grid shape (swiglu's 64 x 1,000 grid rows
+        would never pass 2^24 elements, where a kernel may take a flat threaded path)."""
         op, attrs = self.ctx.op, self.ctx.case.attributes
+        if not op.attribute_sweeps:  # no sweep case to take it: the first grid case does
+            case = self.ctx.case
+            firsts = [g[0] for g in (op.grid.dtypes, op.grid.shapes) if g]
+            return firsts == [case.dtype, case.sizes]
         off = op.off_grid(attrs)
         firsts = all(op.attribute_sweeps.get(n, (None,))[0] == attrs[n] for n in off)
         return bool(off) and firsts and len(off) >= min(2, len(op.attribute_sweeps))
@@ -248,13 +274,18 @@ class _Invariance(Check):
         small = sorted({*small, *(n for n in ODD_SIZES if n < rows)}) or [2]
         misalign = bool(self.params["misaligned"])
         order = torch.randperm(rows, generator=gen).tolist()
+        shapes = small_leads(len(self.ctx.op.lead))
         label = f"batches of {'/'.join(map(str, small))}" + (" misaligned" if misalign else "")
+        if len(shapes) > 1:
+            label += ", as " + ", ".join(name for name, _ in shapes)
         label += f", half at {few} thread" + ("s" if few > 1 else "")
         self.progress(label)
         for k, batch in enumerate(deal(order, small)):
-            # every other batch at the other thread count: both counts see every size
-            with torch_threads(few if k % 2 == 0 else many):
-                self._compare(trial, label, batch, run(batch, (len(batch),), misalign), reference)
+            threads, shape = batch_layout(k, len(small), len(shapes))
+            lead = shapes[shape][1](len(batch))
+            with torch_threads((few, many)[threads]):
+                got = run(batch, lead, misalign)
+            self._compare(trial, label, batch, got, reference, lead=lead)
 
         # the R rows again and again (copies cost nothing to draw), in a seeded order
         order = [r % rows for r in torch.randperm(big, generator=gen).tolist()]
@@ -316,9 +347,10 @@ class _Invariance(Check):
         reference = self._reference(alone)
         self._compare(trial, label, list(range(len(take))), results, reference, take.tolist())
 
-    def _compare(self, trial, label, index, results, reference, names=None) -> None:
+    def _compare(self, trial, label, index, results, reference, names=None, lead=None) -> None:
         """Count the rows of one batch whose bits differ from the same rows alone;
-        ``names`` (default ``index``) say which rows those are in the message."""
+        ``names`` (default ``index``) say which rows those are in the message, ``lead``
+        the batch's lead shape where the label does not."""
         alone, digests = reference
         at = torch.tensor(index)
         per_output = [row_digests(got) != want[at] for got, want in zip(results, digests)]
@@ -337,8 +369,10 @@ class _Invariance(Check):
             which = "pool row" if names is None else "trial row"
             self.first_trial = trial
             self.first_dist = row_distribution(trial.distribution, (names or index)[pos])
+            shape = f" as lead {lead}" if lead is not None and len(lead) > 1 else ""
+            name = (names or index)[pos]
             self.first = (
-                f"{label}, position {pos} of {len(index)} ({which} {(names or index)[pos]}): "
+                f"{label}, position {pos} of {len(index)}{shape} ({which} {name}): "
                 f"{first_bit_difference(results[k][pos], alone[row][k][0])} vs alone"
             )
 

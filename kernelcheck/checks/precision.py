@@ -25,6 +25,12 @@ from kernelcheck.checks.check import Check
 from kernelcheck.checks.diagnose import Evidence, gather, likely_cause
 from kernelcheck.checks.metrics import ErrorStats, fp32_ulp, sig3
 from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.rounding import (
+    RoundingCounts,
+    count_rounding,
+    first_rounding_problem,
+    worst_excess,
+)
 from kernelcheck.checks.rows import flat_rows, fmt_index
 from kernelcheck.checks.trial import Trial
 
@@ -49,6 +55,9 @@ class ForwardPrecision(Check):
         self.closest: tuple | None = None
         # per distribution, the seed closest to its limit: (margin, cand, ref, bound)
         self.by_distribution: dict[str, tuple[float, float, float, float]] = {}
+        # per 16-bit output, which way it is off the gold's nearest value (rounding.py)
+        self.rounding: dict[str, RoundingCounts] = {}
+        self.first_trial: Trial | None = None
 
     def skip_reason(self) -> str | None:
         if self.ctx.reference_fn is None:
@@ -80,6 +89,9 @@ class ForwardPrecision(Check):
                 if self.failed is None:
                     self.failed = (trial, trial.distribution, float("inf"), 0.0, 0.0, "", 0, 0)
                 continue
+            self.first_trial = self.first_trial or trial
+            name = self.ctx.op.outputs[i].name
+            self.rounding.setdefault(name, RoundingCounts()).add(count_rounding(c, g))
             c, r, g = flat_rows(c, nlead), flat_rows(r, nlead), flat_rows(g, nlead)
             # judged per distribution: one distribution's rounding must not hide another's
             for k, dist in enumerate(parts):
@@ -175,12 +187,18 @@ class ForwardPrecision(Check):
                 for d, (_, c, r, b) in self.by_distribution.items()
             }
         }
+        rounded = self._rounding_failure(tol, plots)
+        if rounded is not None:
+            return rounded
         if self.failed is None:
             if self.closest is None:
                 return Outcome("pass", "", {"max_ulp": self.max_ulp}, tol, plots=plots)
             _, trial, dist, cand, ref, ratio, bound, floor = self.closest
             tol["limit"] = bound
             metrics = self._metrics(ratio, cand, ref, floor)
+            excess = worst_excess(self.rounding)
+            if excess is not None:
+                metrics["rounding_excess"] = excess
             return Outcome("pass", "", metrics, tol, trial.seed, dist, plots=plots)
         trial, dist, cand, ref, floor, cause, ratio, bound = self.failed
         if cand == float("inf"):
@@ -204,6 +222,9 @@ class ForwardPrecision(Check):
                     f" (floor-dominated: the {self.params['floor_ulp']}-ulp floor exceeds "
                     f"{self.params['ratio']:g} x the reference error)"
                 )
+        found = self._rounding_problem()
+        if found is not None:  # the likely cause of the error, where there is one
+            msg += f"; also {found[0]}"
         return Outcome(
             "fail",
             f"{msg} [seed {trial.seed}, {dist}]",
@@ -214,6 +235,21 @@ class ForwardPrecision(Check):
             trial.distribution,
             plots,
         )
+
+    def _rounding_problem(self) -> tuple[str, RoundingCounts] | None:
+        """(why, counts) of the first 16-bit output rounded one way, or None."""
+        return first_rounding_problem(self.rounding, "output {!r}")
+
+    def _rounding_failure(self, tol: dict, plots: dict) -> Outcome | None:
+        """A fail where no other failure was found and a 16-bit output is rounded one way."""
+        found = self._rounding_problem()
+        if self.failed is not None or self.first_trial is None or found is None:
+            return None
+        t, (problem, counts) = self.first_trial, found
+        metrics = {"max_ulp": self.max_ulp, "rounding_excess": max(map(abs, counts.excess()))}
+        seeds = ", ".join(map(str, self.ctx.case.seeds))
+        message = f"{problem} [seeds {seeds}, {t.distribution}]"
+        return Outcome("fail", message, metrics, tol, t.seed, t.distribution, None, plots)
 
     def _metrics(self, ratio: float, cand: float, ref: float, floor: float) -> dict:
         out = {"ratio": ratio, "max_ulp": self.max_ulp, "max_abs": cand, "reference_max_abs": ref}

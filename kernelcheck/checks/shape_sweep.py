@@ -11,7 +11,10 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   rows of several tiles of any power-of-two size up to 8,192, whose last tile holds
   exactly r elements; a kernel's tiled path has a tail of its own), at 1..16 (the body
   never runs), next to each power of two up to 2^17 (2^k - 1, 2^k, 2^k + 1: one tile
-  and one index width short, exact, one over) and, for a vocabulary, at real models'
+  and one index width short, exact, one over), at 3, 5, 7 and 9 x 2^k from 96 to 2^17
+  (multiples of a fine alignment but of no larger power-of-two tile: a tile count
+  floored, ``n // 2048`` at a hidden of 2,560, 3,072, 3,584, 5,120 or 7,168, drops the
+  last partial tile of a path meant for aligned widths) and, for a vocabulary, at real models'
   vocabularies up to Gemma 3's 262,208 (a table of 64 tiles of 4,096 ends at 2^18); the
   other inner dims at the op's defaults;
 - one lead of ``LONG_ROWS`` (65,537) rows at the op's default inner sizes (the widest at
@@ -52,6 +55,7 @@ TILED_BASE = 3 * 8192  # several tiles of every power-of-two size up to 8,192
 RESIDUES = 64
 SMALL_SIZES = 16
 MAX_POWER = 17
+ODD_FACTORS = (3, 5, 7, 9)  # times 2^k (>= 2^5, <= 2^MAX_POWER): widths of no power-of-two tile
 # a dim named "vocab" also at real models' vocabularies: Llama 2, GPT-2, Llama 3, and
 # Gemma 3's (262,144 and its embedding's 262,208 = 2^18 + 64: a table of 64 tiles of
 # 4,096 columns ends at 2^18; Qwen's 151,936 is logp's grid's own). Not other dims: a
@@ -81,13 +85,14 @@ def tiled_base(largest: int | None = None) -> int:
 def sweep_sizes(dim: str = "", largest: int | None = None, residues: bool = True) -> list[int]:
     """The reduced-dim sizes, ascending: 1..16, every residue mod 64 past SWEEP_BASE and
     past the tiled base (unless not ``residues``), 2^k - 1, 2^k, 2^k + 1 for k =
-    1..MAX_POWER; MODEL_VOCABS too for ``dim`` VOCAB_DIM; none past ``largest`` (a spec's
-    ``sweep_max``)."""
+    1..MAX_POWER, ODD_FACTORS x 2^k; MODEL_VOCABS too for ``dim`` VOCAB_DIM; none past
+    ``largest`` (a spec's ``sweep_max``)."""
     sizes = set(range(1, SMALL_SIZES + 1)) | (set(MODEL_VOCABS) if dim == VOCAB_DIM else set())
     if residues:
         sizes |= {b + r for b in (SWEEP_BASE, tiled_base(largest)) for r in range(RESIDUES)}
     for k in range(1, MAX_POWER + 1):
         sizes |= {2**k - 1, 2**k, 2**k + 1}
+    sizes |= {m << k for m in ODD_FACTORS for k in range(5, MAX_POWER) if m << k <= 2**MAX_POWER}
     return sorted(s for s in sizes if s >= 1 and (largest is None or s <= largest))
 
 
@@ -132,8 +137,8 @@ class ShapeSweep(Check):
     sweep_first_dtype_only = True
     summary = (
         "forward and backward within the contract tolerance at tail sizes: every residue "
-        "mod 64 in one tile and past several, 2^k-1/2^k/2^k+1 up to 2^17, real models' "
-        "vocabularies up to 262,208, and 65,537 rows"
+        "mod 64 in one tile and past several, 2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
+        "real models' vocabularies up to 262,208, and 65,537 rows"
     )
 
     def __init__(self, ctx, params=None):

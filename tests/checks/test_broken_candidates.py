@@ -34,6 +34,8 @@ BROKEN = [
     ("upstream_by_last_stride", "contract", "fp32", "normal", "broadcast over the last dim"),
     ("gradient_scaled_in_place", "contract", "fp32", "normal", "a second backward through one"),
     ("logits_kept_on_ctx", "contract", "fp32", "normal", "inputs edited in place (x2)"),
+    ("target_kept_on_ctx", "contract", "fp32", "normal", "(ids + 1, masks negated)"),
+    ("decode_step_in_logits_dtype", "forward_invariance", "bf16", "normal", "as lead (2, 1)"),
     ("kernel_cache_without_dtype", "contract", "fp32", "normal", "inputs after a fp32 call"),
     ("workspace_per_shape", "contract", "fp32", "normal", "two threads calling at once"),
     ("squeezes_lead", "contract", "fp32", "normal", "lead (1, 1): output 'logp' shape ()"),

@@ -127,6 +127,16 @@ def test_a_result_cached_by_tensor_and_version_fails_on_a_refilled_buffer(catalo
     assert run_one(catalog, "entropy", "torch", "contract", "fp32", SMALL).status == "pass"
 
 
+def test_an_output_buffer_kept_under_inference_mode_fails_integrity():
+    """A rollout's calls run under ``torch.inference_mode``: a buffer reused there alone
+    (a fresh one under ``no_grad``) is overwritten by the next call."""
+    planted = api.load_catalog([FIXTURES / "planted_entropy.toml"])
+    bad = run_one(planted, "entropy", "output-buffer-in-inference-mode", "integrity", "fp32", SMALL)
+    assert bad.status == "fail", bad.message
+    assert "forward (inference_mode) result 0 of one call shares memory" in bad.message
+    assert run_one(planted, "entropy", "torch", "integrity", "fp32", SMALL).status == "pass"
+
+
 def test_a_backward_reading_an_output_edited_in_place_fails_the_contract():
     """The textbook backward reading H from ``ctx.h``: ``h.add_(1)`` between forward and
     backward shifts its gradient; the shipped candidate keeps its bits."""

@@ -40,6 +40,8 @@ PLANTED_BUGS = [
     # logits past exp's range: the grid's stay within +-10
     ("no-max-subtraction", "contract", "hidden x64: output 'logp'"),
     ("backward-softmax-unshifted", "contract", "hidden x64: gradient 'hidden'"),
+    # 128 tokens and more: the grid's cases hold 64 at most
+    ("weight-grad-atomics", "determinism", "(at 4096 rows, 8 threads) gradient:weight"),
 ]
 
 
@@ -51,6 +53,21 @@ def test_each_planted_bug_fails_its_check(name, check, fragment):
         assert res.status == want, (cand, res.message)
         if want == "fail":
             assert fragment in res.message, res.message
+
+
+def test_a_frozen_paths_precision_is_judged():
+    """A gradient filter left on in the frozen-head path drops terms below 2^-12: inside
+    bf16's tolerance (``backward_accuracy`` passes), several times the reference's
+    error where the lm_head is frozen; with both gradients the honest kernel runs."""
+    planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
+    bug, grid = "frozen-head-filter", {"tokens": 64, "hidden": 64, "vocab": 1000}
+    bad = run_one(planted, "linear_logp", bug, "backward_precision", "bf16", grid)
+    assert bad.status == "fail", bad.message
+    assert "gradient:hidden, all entries (weight frozen)" in bad.message, bad.message
+    ok = run_one(planted, "linear_logp", bug, "backward_accuracy", "bf16", grid)
+    assert ok.status == "pass", ok.message
+    honest = run_one(planted, "linear_logp", "torch", "backward_precision", "bf16", grid)
+    assert honest.status == "pass", honest.message
 
 
 def test_a_bias_left_out_of_the_backward_fails_with_a_bias_only():

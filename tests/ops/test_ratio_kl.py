@@ -37,6 +37,7 @@ PLANTED_BUGS = [
     ("clamps-ids", "action_ids=-1 at an active position (attention_mask true) did not raise"),
     ("every-grad-assumed", "unused_outputs: candidate backward raised"),
     ("ignore-index-exempt", "action_ids=-100 at an active position"),
+    ("reference-cached-while-training", "updated in place between calls (with grad): output"),
 ]
 
 

@@ -66,6 +66,9 @@ PLANTED_BUGS = [
     ("weight-grad-in-finish-order", "determinism", "fp32", "(at 4096 rows, 8 threads)"),
     # 16-bit dW partials, one per 64-row group: one row each at the grid's rows
     ("weight-grad-partials-in-x-dtype", "backward_precision", "bf16", "training batch of 4096"),
+    # whole 2,048-wide tiles only, at multiples of 256: 2^k and 2^k +- 1 never show it
+    ("tile-count-floored", "shape_sweep", "fp32", "at hidden=2304"),
+    ("output-truncated-to-bf16", "forward_precision", "bf16", "rounded toward zero"),
 ]
 
 

@@ -33,6 +33,10 @@ PLANTED_BUGS = [
     ("unit-column-stride", "contract", "fp32", "column-strided view"),
     ("up-by-gates-strides", "contract", "fp32", "row-padded up alone"),
     ("exp-ratio-sigmoid", "forward_accuracy", "bf16", "NaN"),
+    # one ulp off at most: only the direction shows
+    ("gradient-truncated-to-bf16", "backward_precision", "bf16", "rounded toward zero"),
+    # 2^24 elements: the grid's batches stopped at 16,384 x 1,000
+    ("flat-path-past-2-24", "forward_invariance", "fp32", "one batch of 327680"),
 ]
 
 
