@@ -31,6 +31,17 @@ EDGE_INDEX_FRACTION = 0.25
 # a trial's upstream gradient is exactly 0 on this share of its rows (at least one): the
 # tokens a loss mask drops, whose gradient rows must come out 0, never unwritten
 LOSS_MASK_FRACTION = 0.125
+# In odd seeds most rows carry no loss, as an RL batch of long prompts and short responses
+# has it: the loss mask drops this share of the allowed rows and a mask input is true on
+# 1 - this share of rows. A kernel may take a compacted path when few rows are live
+# (a backward that forgot the temperature there, a forward in another order).
+SPARSE_DEAD_FRACTION = 15 / 16
+
+
+def sparse_seed(seed: int) -> bool:
+    """Whether trials of ``seed`` draw sparse loss masks and masks (odd seeds)."""
+    return seed % 2 == 1
+
 
 # Each distribution targets a class of bug. Their parameters keep |output| small enough
 # that an fp32 output can meet the fp32 contract (atol 1e-5 needs |logp| < ~64).
@@ -299,7 +310,8 @@ class _Draw:
         gen = _generator(self.seed, self.dist, spec.name, self.salt)
         n, inner = self.rows_inner(spec)
         if spec.values == "mask":
-            return torch.rand((n, *inner), generator=gen) < spec.true_fraction
+            live = 1 - SPARSE_DEAD_FRACTION if sparse_seed(self.seed) else spec.true_fraction
+            return torch.rand((n, *inner), generator=gen) < live
         if spec.values == "weight":
             w = torch.randn((n, *inner), generator=gen, dtype=torch.float32).mul_(0.1).add_(1.0)
             if w.numel() >= ZERO_WEIGHT_FROM:  # a pruned or zero-initialised channel
@@ -516,12 +528,14 @@ def make_upstream(
 
 
 def loss_mask_rows(allowed: torch.Tensor, seed: int, salt: str = "") -> torch.Tensor:
-    """The rows a loss mask drops (``LOSS_MASK_FRACTION`` of the ``allowed`` rows, at
-    least one where one is allowed): a model multiplies a per-token loss by its mask, so
+    """The rows a loss mask drops (``LOSS_MASK_FRACTION`` of the ``allowed`` rows, or in
+    odd seeds ``SPARSE_DEAD_FRACTION``; at least one where one is allowed): a model
+    multiplies a per-token loss by its mask, so
     those tokens' upstream gradient is exactly 0, and a kernel that skips them must still
     write their zero gradient (an unwritten row reads NaN here: fresh memory is
     poisoned). One set for every output."""
     gen = _generator(seed, "loss-mask", salt)
-    zero = (torch.rand(allowed.numel(), generator=gen) < LOSS_MASK_FRACTION) & allowed
+    share = SPARSE_DEAD_FRACTION if sparse_seed(seed) else LOSS_MASK_FRACTION
+    zero = (torch.rand(allowed.numel(), generator=gen) < share) & allowed
     _at_least_one(zero, allowed, gen)
     return zero

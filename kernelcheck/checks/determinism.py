@@ -3,7 +3,9 @@
 The repeats run at the process's thread count, and then ``thread_repeats`` more at
 ``threads`` CPU threads (8, even on 2 cores): partial sums that threads add in the order
 they finish agree at 2 threads often enough, and differ at 8. A row's bits may not
-depend on the thread count either, so those runs are compared with run 1 too.
+depend on the thread count either, so those runs are compared with run 1 too. So are a
+call under ``torch.inference_mode`` and the with-grad call's outputs: one input, one set
+of bits, whatever the autograd mode (a PPO ratio of old and new logps is then exactly 1).
 
 Outputs (one value per row) are compared whole; gradients by 32-bit row digests
 (:func:`~kernelcheck.checks.metrics.row_digests`), so a repeat never holds two copies of
@@ -92,9 +94,31 @@ class Determinism(Check):
                 if self.first is None:
                     at = "" if n is None else f" (at {n} threads)"
                     self.first = (trial, f"run {r + 1}{at} {detail} vs run 1")
+        self._other_modes(trial, reference)
         if not self.batch_done:
             self.batch_done = True
             self._training_batch(trial)
+
+    def _other_modes(self, trial: Trial, reference: list) -> None:
+        """The same call under ``torch.inference_mode`` and, when on, the with-grad call's
+        outputs must give the no-grad outputs' bits: a rollout's old logps (inference)
+        and the trainer's new ones (with grad) give a PPO ratio of exactly 1 on the same
+        inputs only then, and a kernel may take another path in each mode."""
+        plain = [o for what, o in reference if what == "output"]
+        ctx = self.ctx
+        modes = [("under inference_mode", lambda: trial.own_call(lambda d: ctx.call(d, True)))]
+        if ctx.grad:
+            modes.append(("with grad", lambda: [o for w, o in reference if w == WITH_GRAD]))
+        for label, outputs in modes:
+            self.runs += 1
+            for want, got in zip(plain, outputs()):
+                detail = self._difference("output", got.detach().cpu(), want)
+                if detail:
+                    self.differ += 1
+                    if self.first is None:
+                        what = f"the call {label}: output {detail} vs the no-grad call's"
+                        self.first = (trial, what)
+                    break
 
     def _training_batch(self, trial: Trial) -> None:
         """Forward and backward on a fresh draw of a training batch's rows, three times at
