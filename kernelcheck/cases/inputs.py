@@ -530,10 +530,9 @@ def make_upstream(
 def loss_mask_rows(allowed: torch.Tensor, seed: int, salt: str = "") -> torch.Tensor:
     """The rows a loss mask drops (``LOSS_MASK_FRACTION`` of the ``allowed`` rows, or in
     odd seeds ``SPARSE_DEAD_FRACTION``; at least one where one is allowed): a model
-    multiplies a per-token loss by its mask, so
-    those tokens' upstream gradient is exactly 0, and a kernel that skips them must still
-    write their zero gradient (an unwritten row reads NaN here: fresh memory is
-    poisoned). One set for every output."""
+    multiplies a per-token loss by its mask, so those tokens' upstream gradient is
+    exactly 0, and a kernel that skips them must still write their zero gradient (an
+    unwritten row reads NaN here: fresh memory is poisoned). One set for every output."""
     gen = _generator(seed, "loss-mask", salt)
     share = SPARSE_DEAD_FRACTION if sparse_seed(seed) else LOSS_MASK_FRACTION
     zero = (torch.rand(allowed.numel(), generator=gen) < share) & allowed

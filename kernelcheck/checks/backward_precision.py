@@ -75,6 +75,7 @@ from kernelcheck.checks.rounding import (
     RoundingCounts,
     count_rounding,
     first_rounding_problem,
+    rounding_failure,
     worst_excess,
 )
 from kernelcheck.checks.rows import fmt_index
@@ -191,7 +192,7 @@ class BackwardPrecision(Check):
         shared input's as one row)."""
         out = {}
         for name, g in (trial.grads if grads is None else grads).items():
-            if self.shared_only and self.ctx.op.is_row_wise(self.ctx.op.input(name)):
+            if self.shared_only and name not in self.ctx.shared_grad_inputs:
                 continue
             want = tuple(trial.cpu_inputs[name].shape)
             if tuple(g.shape) != want:
@@ -255,7 +256,7 @@ class BackwardPrecision(Check):
         row each and round like an honest result."""
         ctx, op = self.ctx, self.ctx.op
         rows = ctx.training_rows(int(self.params["big_rows"]), int(self.params["big_work"]))
-        if self.shared_only or not rows or all(op.is_row_wise(op.input(n)) for n in self.index_of):
+        if self.shared_only or not rows or not ctx.shared_grad_inputs:
             return
         inner = {d: n for d, n in ctx.sizes.items() if d not in op.lead}
         judge = BackwardPrecision(ctx.at_sizes({**lead_sizes(op, rows), **inner}), self.params)
@@ -464,26 +465,22 @@ class BackwardPrecision(Check):
                 metrics["rounding_excess"] = excess
             return Outcome("pass", "", metrics, tol, j.seed, j.distribution)
         message = _message(j, self.params)
-        found = self._rounding_problem()
+        found = first_rounding_problem(self.rounding, "gradient:{}")
         if found is not None:  # the likely cause of the error, where there is one
             message += f"; also {found[0]}"
         message += f" [seed {j.seed}, {j.distribution}]"
         return Outcome("fail", message, metrics, tol, j.seed, j.distribution, j.trial_distribution)
 
-    def _rounding_problem(self) -> tuple[str, RoundingCounts] | None:
-        """(why, counts) of the first 16-bit gradient rounded one way, or None."""
-        return first_rounding_problem(self.rounding, "gradient:{}")
-
     def _rounding_failure(self, tol: dict) -> Outcome | None:
         """A fail where no other failure was found and a 16-bit gradient is rounded one way."""
-        found = self._rounding_problem()
-        if self.failed is not None or self.first_trial is None or found is None:
+        t = self.first_trial
+        if self.failed is not None or t is None:
             return None
-        t, (problem, counts) = self.first_trial, found
-        metrics = {"rounding_excess": max(map(abs, counts.excess()))}
-        seeds = ", ".join(map(str, self.ctx.case.seeds))
-        message = f"{problem} [seeds {seeds}, {t.distribution}]"
-        return Outcome("fail", message, metrics, tol, t.seed, t.distribution)
+        found = rounding_failure(self.rounding, "gradient:{}", self.ctx.case.seeds, t.distribution)
+        if found is None:
+            return None
+        metrics = {"rounding_excess": found[1]}
+        return Outcome("fail", found[0], metrics, tol, t.seed, t.distribution)
 
 
 def _same_chunk(chunks, sl: slice | None) -> dict | None:

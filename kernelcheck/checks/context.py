@@ -83,6 +83,12 @@ class CaseContext:
         a row costs, which bounds how many rows the big batches can afford."""
         return max(1, math.prod(n for d, n in self.sizes.items() if d not in self.op.lead))
 
+    @property
+    def shared_grad_inputs(self) -> list[str]:
+        """The grad inputs that are not row-wise (a norm's weight, an lm_head): their
+        gradient sums every row, which a training batch exercises."""
+        return [n for n in self.op.grad_inputs if not self.op.is_row_wise(self.op.input(n))]
+
     def at_sizes(self, sizes: dict[str, int], share: bool = False) -> CaseContext:
         """The case's context at another shape: same candidate, dtype, attributes; its
         trials shared with the other candidates only if ``share``."""

@@ -504,12 +504,16 @@ class Contract(Check):
             what = f"{label}: gradient {n!r}"
             self._close(what, "a fresh call's on the new values", tol, grads[n], want, 2.0)
 
-    def _judge_outputs(self, what: str, got: list, inputs: dict, lead) -> None:
-        """Each output within the contract tolerance of the gold of ``inputs``."""
+    def _judge_outputs(
+        self, what, got, inputs, lead, gold_fn=None, whose="the gold of the new values"
+    ) -> None:
+        """Each output within the contract tolerance of the gold (``gold_fn``, default the
+        case's) of ``inputs``."""
         ctx = self.ctx
-        for o, g, w in zip(ctx.op.outputs, got, gold.forward(ctx.op, ctx.gold_fn, inputs, lead)):
+        want = gold.forward(ctx.op, gold_fn or ctx.gold_fn, inputs, lead)
+        for o, g, w in zip(ctx.op.outputs, got, want):
             tol = ctx.tolerance("forward_accuracy", o.name)
-            self._close(f"{what} {o.name!r}", "the gold of the new values", tol, g, w)
+            self._close(f"{what} {o.name!r}", whose, tol, g, w)
 
     def _fp32_shared_inputs(self, trial: Trial) -> None:
         """In a 16-bit case, the shared float inputs (a norm's weight, an lm_head, a bias)
@@ -684,7 +688,7 @@ class Contract(Check):
         keyed without an attribute (eps compiled in as a constant, a temperature baked
         into a build) serves the first value's build to every later call; each case runs
         in a process of its own, which would never see a second value otherwise."""
-        ctx, op = self.ctx, self.ctx.op
+        ctx = self.ctx
         if ctx.rebound is None or not ctx.other_attribute_values:
             return
         head, lead = self._head(trial)
@@ -696,11 +700,8 @@ class Contract(Check):
                 for value in values:
                     fn, gold_fn = ctx.rebound({name: value})
                     outs = replace(ctx, fn=fn, gold_fn=gold_fn).call(ctx.to_device(head))
-                    want = gold.forward(op, gold_fn, head, lead)
-                    for o, g, w in zip(op.outputs, outs, want):
-                        tol = ctx.tolerance("forward_accuracy", o.name)
-                        what = f"{name}={value} after a call at {at}: output {o.name!r}"
-                        self._close(what, "the gold's", tol, g, w)
+                    what = f"{name}={value} after a call at {at}: output"
+                    self._judge_outputs(what, outs, head, lead, gold_fn, "the gold's")
                     tried.append(f"{name}={value}")
             return tried
 

@@ -125,9 +125,9 @@ class Determinism(Check):
         ``threads`` threads: the gradient of a shared input (a norm's weight, an lm_head)
         sums every row, and a kernel may add its blocks' partial sums in the order they
         finish once the rows are many (atomics past 1,024 rows), never at the grid's."""
-        ctx, op = self.ctx, self.ctx.op
+        ctx = self.ctx
         rows = ctx.training_rows(int(self.params["big_rows"]), int(self.params["big_work"]))
-        if not ctx.grad or not rows or all(op.is_row_wise(op.input(n)) for n in op.grad_inputs):
+        if not ctx.grad or not rows or not ctx.shared_grad_inputs:
             return
         lead = (rows,)
         inputs = ctx.draw(trial.seed, trial.distribution, lead=lead, salt="training batch")

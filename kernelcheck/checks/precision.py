@@ -29,6 +29,7 @@ from kernelcheck.checks.rounding import (
     RoundingCounts,
     count_rounding,
     first_rounding_problem,
+    rounding_failure,
     worst_excess,
 )
 from kernelcheck.checks.rows import flat_rows, fmt_index
@@ -222,7 +223,7 @@ class ForwardPrecision(Check):
                     f" (floor-dominated: the {self.params['floor_ulp']}-ulp floor exceeds "
                     f"{self.params['ratio']:g} x the reference error)"
                 )
-        found = self._rounding_problem()
+        found = first_rounding_problem(self.rounding, "output {!r}")
         if found is not None:  # the likely cause of the error, where there is one
             msg += f"; also {found[0]}"
         return Outcome(
@@ -236,20 +237,16 @@ class ForwardPrecision(Check):
             plots,
         )
 
-    def _rounding_problem(self) -> tuple[str, RoundingCounts] | None:
-        """(why, counts) of the first 16-bit output rounded one way, or None."""
-        return first_rounding_problem(self.rounding, "output {!r}")
-
     def _rounding_failure(self, tol: dict, plots: dict) -> Outcome | None:
         """A fail where no other failure was found and a 16-bit output is rounded one way."""
-        found = self._rounding_problem()
-        if self.failed is not None or self.first_trial is None or found is None:
+        t = self.first_trial
+        if self.failed is not None or t is None:
             return None
-        t, (problem, counts) = self.first_trial, found
-        metrics = {"max_ulp": self.max_ulp, "rounding_excess": max(map(abs, counts.excess()))}
-        seeds = ", ".join(map(str, self.ctx.case.seeds))
-        message = f"{problem} [seeds {seeds}, {t.distribution}]"
-        return Outcome("fail", message, metrics, tol, t.seed, t.distribution, None, plots)
+        found = rounding_failure(self.rounding, "output {!r}", self.ctx.case.seeds, t.distribution)
+        if found is None:
+            return None
+        metrics = {"max_ulp": self.max_ulp, "rounding_excess": found[1]}
+        return Outcome("fail", found[0], metrics, tol, t.seed, t.distribution, None, plots)
 
     def _metrics(self, ratio: float, cand: float, ref: float, floor: float) -> dict:
         out = {"ratio": ratio, "max_ulp": self.max_ulp, "max_abs": cand, "reference_max_abs": ref}

@@ -52,6 +52,10 @@ class RoundingCounts:
         n = max(1, self.judged)
         return (self.toward_zero - self.away) / n, (self.down - self.up) / n
 
+    def worst(self) -> float:
+        """The larger |excess| of the two."""
+        return max(map(abs, self.excess()))
+
 
 def count_rounding(result: torch.Tensor, gold: torch.Tensor) -> RoundingCounts:
     """Compare a 16-bit ``result`` with ``gold`` (float64) rounded to nearest in its dtype,
@@ -106,7 +110,7 @@ def rounding_problem(counts: RoundingCounts, what: str) -> str | None:
 def worst_excess(counts: dict[str, RoundingCounts]) -> float | None:
     """The largest |excess| either way over the results with enough elements judged, or
     None where none has: a pass's margin, reported."""
-    found = [max(map(abs, c.excess())) for c in counts.values() if c.judged >= MIN_JUDGED]
+    found = [c.worst() for c in counts.values() if c.judged >= MIN_JUDGED]
     return max(found) if found else None
 
 
@@ -120,3 +124,15 @@ def first_rounding_problem(
         if problem:
             return problem, found
     return None
+
+
+def rounding_failure(
+    counts: dict[str, RoundingCounts], label: str, seeds, distribution: str
+) -> tuple[str, float] | None:
+    """(message, worst excess) of a check failing on rounding alone: the first result
+    rounded one way (``label`` formatted with its name), over the case's ``seeds``."""
+    found = first_rounding_problem(counts, label)
+    if found is None:
+        return None
+    problem, one = found
+    return f"{problem} [seeds {', '.join(map(str, seeds))}, {distribution}]", one.worst()

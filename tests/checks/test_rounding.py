@@ -9,6 +9,7 @@ from kernelcheck.checks.rounding import (
     RoundingCounts,
     count_rounding,
     first_rounding_problem,
+    rounding_failure,
     rounding_problem,
 )
 
@@ -68,3 +69,13 @@ def test_the_first_result_rounded_one_way_is_named():
     }
     problem, found = first_rounding_problem(counts, "output {!r}")
     assert problem.startswith("output 'cut'") and found is counts["cut"]
+
+
+def test_a_rounding_failure_names_the_result_the_seeds_and_the_worst_excess():
+    gold = _gold()
+    counts = {"y": count_rounding(_bf16_by("truncate", gold), gold)}
+    message, excess = rounding_failure(counts, "output {!r}", (0, 1), "normal")
+    assert message.startswith("output 'y': ") and message.endswith("[seeds 0, 1, normal]")
+    assert excess == counts["y"].worst() > 0.4
+    fine = {"y": count_rounding(_bf16_by("nearest", gold), gold)}
+    assert rounding_failure(fine, "output {!r}", (0,), "normal") is None
