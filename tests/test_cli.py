@@ -156,7 +156,23 @@ BAD_FLAGS = [
 ]
 
 
-@pytest.mark.parametrize("args,fragment", BAD_FLAGS, ids=[" ".join(a) for a, _ in BAD_FLAGS])
+# one of each kind runs in the quick suite (a process each, 3 s of imports); all in CI's slow
+QUICK_FLAGS = {"--op nope", "--op logp --checks forward_acuracy", "--op logp --batch 0",
+               "--op logp --shape batch=2,vocb=17", "--op logp --json-out /proc/r.json",
+               "--op logp --spec /no/such.toml", "--op logp --attr with_mask=2",
+               "--op logp --nope"}  # fmt: skip
+
+
+def _quick_or_slow(cases: list, quick) -> list:
+    """``cases`` as params, those whose id is not in ``quick`` marked slow."""
+    return [
+        pytest.param(*case, id=name, marks=() if name in quick else pytest.mark.slow)
+        for case in cases
+        for name in [" ".join(case[0])]
+    ]
+
+
+@pytest.mark.parametrize("args,fragment", _quick_or_slow(BAD_FLAGS, QUICK_FLAGS))
 def test_bad_input_is_one_line_and_exit_2(args, fragment):
     p = kc("run", *args)
     assert p.returncode == 2, (p.stdout, p.stderr)
@@ -450,7 +466,10 @@ OTHER_BAD_NUMBERS = [
 
 
 @pytest.mark.parametrize(
-    "args,fragment", OTHER_BAD_NUMBERS, ids=[" ".join(a[:1] + a[-2:]) for a, _ in OTHER_BAD_NUMBERS]
+    "args,fragment",
+    _quick_or_slow(
+        OTHER_BAD_NUMBERS, {"bench --op logp --reps 0", "diff a.json b.json --floor nan"}
+    ),
 )
 def test_every_numeric_option_out_of_range_is_one_line_and_exit_2(args, fragment, tmp_path):
     for name in ("a.json", "b.json"):  # valid reports: the number is what is wrong

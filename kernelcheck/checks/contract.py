@@ -97,6 +97,7 @@ class Contract(Check):
             self._unit_leads,
             self._out_of_range,
             self._masked,
+            self._all_true_mask,
             self._must_raise,
             self._empty,
             self._strided,
@@ -280,6 +281,33 @@ class Contract(Check):
             self.problems.append(f"gradient:{n} is not zero at masked positions")
         if len(self.problems) == before:
             self.passed.append(f"masked ({rule.mask} false) -> exact outputs")
+
+    def _all_true_mask(self, trial: Trial) -> None:
+        """A mask true everywhere gives the bits of no mask at all, outputs and gradients,
+        where an attribute switches the mask on: the rollout's old logps are often taken
+        without one and the training step's with one, and their PPO ratio must be exactly
+        1 (a kernel that sums in another order once a mask is passed is off by ulps)."""
+        rule = self.ctx.op.masked
+        if rule is None or rule.mask not in self.ctx.op.switched_on:
+            return
+        inputs, lead = self._head(trial)
+        inputs[rule.mask].fill_(True)
+        without = {k: v for k, v in inputs.items() if k != rule.mask}
+        upstream = self.ctx.upstream(trial.seed, lead) if self.ctx.grad else None
+        masked = self._labelled_call(inputs, upstream)()
+        plain = dict(self._labelled_call(without, upstream)())
+        before = len(self.problems)
+        for label, got in masked:
+            want = plain.get(label)
+            if want is None or got.shape != want.shape or got.dtype != want.dtype:
+                self.problems.append(f"all-true {rule.mask}: {label} unlike the call without it")
+            elif not bool((bits(got) == bits(want)).all()):
+                self.problems.append(
+                    f"all-true {rule.mask}: {label} differs from the call without "
+                    f"{rule.mask}: {first_bit_difference(got, want)}"
+                )
+        if len(self.problems) == before:
+            self.passed.append(f"all-true {rule.mask} == no {rule.mask}, in every bit")
 
     def _must_raise(self, trial: Trial) -> None:
         """Each declared value at an active position must make the candidate raise."""

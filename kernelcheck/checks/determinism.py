@@ -1,8 +1,9 @@
 """``determinism``: repeated runs on the same input give the same bits.
 
 The repeats run at the process's thread count, and then ``thread_repeats`` more at
-``threads`` CPU threads (8, even on 2 cores): partial sums that threads add in the order
-they finish agree at 2 threads often enough, and differ at 8. A row's bits may not
+``threads`` CPU threads (8, even on 2 cores), and one at ``odd_threads`` (3): partial
+sums that threads add in the order they finish agree at 2 threads often enough, and
+differ at 8; work that 8 threads split evenly leaves a remainder at 3. A row's bits may not
 depend on the thread count either, so those runs are compared with run 1 too. So are a
 call under ``torch.inference_mode`` and the with-grad call's outputs: one input, one set
 of bits, whatever the autograd mode (a PPO ratio of old and new logps is then exactly 1).
@@ -33,6 +34,9 @@ class Determinism(Check):
         "max_seeds": 1,
         "threads": 8,
         "thread_repeats": 2,
+        # one more run at an odd count (0: none): work that 8 threads split evenly
+        # leaves a remainder at 3, which a partition that floors n / threads drops
+        "odd_threads": 3,
         # a training batch for the gradients of shared inputs: rows up to this many, and
         # up to big_work products of a row's dims (0: no such runs)
         "big_rows": 4096,
@@ -81,6 +85,8 @@ class Determinism(Check):
         threads = int(self.params["threads"])
         runs = [(r, None) for r in range(1, plain)]
         runs += [(plain + k, threads) for k in range(int(self.params["thread_repeats"]))]
+        if int(self.params["odd_threads"]):
+            runs.append((len(runs) + 1, int(self.params["odd_threads"])))
         for r, n in runs:
             self.runs += 1
             if n is None:

@@ -19,8 +19,10 @@ each of these layouts:
   x vocab), with a 3-D lead shape (``lead_3d``) when it factors: the scale where a
   kernel switches strategy (split reductions, another block count, a size threshold);
 - ``own batch``: up to ``own_rows`` rows of the case's own trial, whose batch call the
-  accuracy checks made, against the same rows alone: the case's real shape. A case whose
-  pool an earlier case of the plan judges (``Case.pool_judged_in``: only the lead shape
+  accuracy checks made, against the same rows alone: the case's real shape, at every
+  seed of the case (the pool at the first ``max_seeds``): an odd seed masks 15 rows in
+  16, where a kernel may compact the live rows into another path. A case whose pool an
+  earlier case of the plan judges (``Case.pool_judged_in``: only the lead shape
   differs) compares this layout only.
 
 A kernel whose reduction order depends on N, N*V, the block that took the row, the lead
@@ -174,6 +176,7 @@ class _Invariance(Check):
         self.first_dist: str | None = None
         # the invariance grid: (layout, batch size) -> [position width, compared, mismatched]
         self.grid: dict[tuple[str, int], list] = {}
+        self._pools: dict[str, int] = {}  # pools judged per distribution
 
     def skip_reason(self) -> str | None:
         op = self.ctx.op
@@ -240,12 +243,28 @@ class _Invariance(Check):
         firsts = all(op.attribute_sweeps.get(n, (None,))[0] == attrs[n] for n in off)
         return bool(off) and firsts and len(off) >= min(2, len(op.attribute_sweeps))
 
+    def trials_wanted(self, trials: list[Trial]) -> list[Trial]:
+        """Every trial: its own batch is compared at every seed (a sparse seed's batch of
+        mostly masked rows is where a kernel compacts the live ones); the pool is judged
+        on the first ``max_seeds`` of each distribution (:meth:`_pool_wanted`)."""
+        return trials
+
     def observe(self, trial: Trial) -> None:
         own = self._own_rows(trial)  # before the pool: a Qwen3 trial's results go first
-        if self.ctx.case.pool_judged_in is None:
+        if self.ctx.case.pool_judged_in is None and self._pool_wanted(trial):
             self._judge_pool(trial)
         if own is not None:
             self._compare_own(trial, own)
+
+    def _pool_wanted(self, trial: Trial) -> bool:
+        """Whether this trial's pool is judged: the first ``max_seeds`` trials of its
+        distribution."""
+        limit = int(self.params.get("max_seeds") or 0)
+        seen = self._pools.setdefault(trial.distribution, 0)
+        if limit and seen >= limit:
+            return False
+        self._pools[trial.distribution] = seen + 1
+        return True
 
     def _run(self, source, index, lead, misalign) -> list[torch.Tensor]:
         """The row-wise results of one call on rows ``index`` of ``source`` placed in ``lead``."""
@@ -320,14 +339,20 @@ class _Invariance(Check):
 
     def _own_rows(self, trial: Trial):
         """(sampled row indices, the trial's own results at those rows), or None where the
-        case has a single row; then this check reads the trial's results no more."""
+        case has a single row; then this check reads the trial's results no more. Rows
+        with a nonzero result are sampled first: a masked row's exact zeros say little,
+        and at a sparse seed the few live rows are the ones a compacting kernel moves."""
         ctx = self.ctx
         n = math.prod(ctx.lead)
         if n < 2:
             return None
+        own = self._own_results(trial)
         gen = torch.Generator().manual_seed(trial.seed * 104729 + n)
-        take = torch.randperm(n, generator=gen)[: int(self.params["own_rows"])].sort().values
-        results = [r[take].clone() for r in self._own_results(trial)]
+        order = torch.randperm(n, generator=gen)
+        live = torch.stack([r.reshape(n, -1).ne(0).any(dim=1) for r in own]).any(dim=0)
+        order = order[torch.argsort((~live[order]).to(torch.int8), stable=True)]
+        take = order[: int(self.params["own_rows"])].sort().values
+        results = [r[take].clone() for r in own]
         trial.finished(self.name)  # a Qwen3 trial's gradient is freed before the pool is drawn
         return take, results
 

@@ -17,6 +17,17 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   last partial tile of a path meant for aligned widths) and, for a vocabulary, at real models'
   vocabularies up to Gemma 3's 262,208 (a table of 64 tiles of 4,096 ends at 2^18); the
   other inner dims at the op's defaults;
+- wide batches: each inner dim at 2^k + 1 for k in ``WIDE_POWERS`` and at its widest
+  swept size, with ``WIDE_ELEMENTS`` (2^22) elements' worth of rows, between 64 and
+  1,024 (Gemma's vocabulary: 64 rows): a kernel may pick its path by width and rows
+  together (a GEMM with TF32 operands from K >= 2,048 at 32 tokens; a streaming pass over
+  a wide row for a training batch), which neither the sweep's few rows nor the grid's
+  narrower shapes reach;
+- hot shapes: each residue shape past ``SWEEP_BASE`` is called ``HOT_CALLS`` (32) more
+  times and its forward judged again: a kernel cache that specialises a shape after a
+  few calls (a tracing JIT, a CUDA graph captured after warm-up, an autotuner's pick)
+  runs other code from then on, with tails of its own, and a real model calls every
+  shape thousands of times;
 - one lead of ``LONG_ROWS`` (65,537) rows at the op's default inner sizes (the widest at
   most 257: 2^24 elements in all): one grid dimension of 65,535 blocks, 16-bit row counts, and
   chunked passes over many rows. Its inputs and gold are shared by the run's candidates
@@ -66,6 +77,10 @@ MODEL_VOCABS = (32_000, 50_257, 128_256, 262_144, 262_208)
 LONG_ROWS = 65_537
 LONG_INNER = 257  # the long lead's inner sizes at most (65,537 x 257 > 2^24)
 OTHER_INNER = 16  # the inner dims not swept, at most
+HOT_CALLS = 32  # calls of each hot shape before its forward is judged again
+WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept size
+WIDE_ELEMENTS = 1 << 22  # a wide batch's elements, its rows within WIDE_ROWS
+WIDE_ROWS = (64, 1024)
 SHARE_ELEMENTS = 1 << 20  # shapes this large share their draws and gold across candidates
 # each shape's judges, in this order (a shape stops at its first failure)
 JUDGES: tuple[type[Check], ...] = (ForwardAccuracy, BackwardAccuracy)
@@ -103,8 +118,9 @@ def swept_dims(op: OpSpec) -> list[str]:
 
 
 def sweep_shapes(op: OpSpec, rows: int, full: bool = True) -> list[tuple[str, dict[str, int]]]:
-    """(label, sizes) of every swept shape, dim by dim, ascending; the long lead last;
-    without ``full``, the size edges only (no residues mod 64, no long lead).
+    """(label, sizes) of every swept shape, dim by dim, ascending; then the wide batches
+    and the long lead; without ``full``, the size edges only (no residues mod 64, no wide
+    batches, no long lead).
 
     While one dim is swept the other inner dims sit at their defaults, at most
     ``OTHER_INNER`` (linear_logp's weight is vocab x hidden: a 2^17 hidden at the default
@@ -119,10 +135,35 @@ def sweep_shapes(op: OpSpec, rows: int, full: bool = True) -> list[tuple[str, di
         for size in sweep_sizes(dim, op.dims[dim].sweep_max, residues=full):
             shapes.append((f"{dim}={size}", {**lead_sizes(op, rows), **others, dim: size}))
     if op.lead and full:
+        shapes += wide_batches(op, inner)
         widest = max(inner, key=inner.get) if inner else None
         long = {d: min(v, LONG_INNER if d == widest else OTHER_INNER) for d, v in inner.items()}
         shapes.append((f"{LONG_ROWS} rows", {**lead_sizes(op, LONG_ROWS), **long}))
     return shapes
+
+
+def wide_batches(op: OpSpec, inner: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
+    """(label, sizes) of the wide batches: each inner dim at 2^k + 1 (k in WIDE_POWERS)
+    and at its widest swept size, with WIDE_ELEMENTS worth of rows (within WIDE_ROWS),
+    the other inner dims as in the sweep."""
+    shapes = []
+    for dim in swept_dims(op):
+        others = {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
+        sizes = sweep_sizes(dim, op.dims[dim].sweep_max, residues=False)
+        picks = sorted({s for s in sizes if s in {2**k + 1 for k in WIDE_POWERS}} | {sizes[-1]})
+        for size in picks:
+            rows = min(max(WIDE_ELEMENTS // size, WIDE_ROWS[0]), WIDE_ROWS[1])
+            shapes.append(
+                (f"{rows} rows at {dim}={size}", {**lead_sizes(op, rows), **others, dim: size})
+            )
+    return shapes
+
+
+def is_hot(label: str) -> bool:
+    """Whether a swept shape (``dim=size``) is one the sweep calls HOT_CALLS more times:
+    every residue mod 64 past SWEEP_BASE, small rows whose extra calls cost little."""
+    dim, sep, size = label.partition("=")
+    return bool(sep) and " " not in dim and SWEEP_BASE <= int(size) < SWEEP_BASE + RESIDUES
 
 
 def shape_flag(sizes: dict[str, int]) -> str:
@@ -168,7 +209,7 @@ class ShapeSweep(Check):
                 return
             self.progress(label)
             self.shapes += 1
-            self._judge(trial.seed, dist, label, sizes)
+            self._judge(trial.seed, dist, label, sizes, full and is_hot(label))
 
     def _judge_classes(self) -> list[type[Check]]:
         """Those of JUDGES that apply to this case (a tolerance exists, backward checks
@@ -177,24 +218,40 @@ class ShapeSweep(Check):
             self._classes = [cls for cls in JUDGES if cls(self.ctx).skip_reason() is None]
         return self._classes
 
-    def _judge(self, seed: int, dist: str, label: str, sizes: dict[str, int]) -> None:
+    def _judge(self, seed: int, dist: str, label: str, sizes: dict[str, int], hot: bool) -> None:
         # shared with the other candidates, or not (small shapes: a file per part would
         # cost more than drawing them again)
         sub = self.ctx.at_sizes(sizes, share=math.prod(sizes.values()) >= SHARE_ELEMENTS)
         at = Trial(sub, seed, dist)
         try:
             for cls in self._judge_classes():
-                judge = cls(sub, SWEEP_PARAMS.get(cls.name))
-                judge.observe(at)
-                outcome = judge.outcome()
-                if "max_abs" in outcome.metrics:
-                    worst = max(self.worst.get(judge.name, 0.0), outcome.metrics["max_abs"])
-                    self.worst[judge.name] = worst
-                if outcome.status == "fail":
-                    self.failed = (label, sizes, outcome, judge.name)
+                if not self._judged(cls, sub, at, label, sizes):
                     return
+            if hot and ForwardAccuracy in self._judge_classes():
+                for _ in range(HOT_CALLS):
+                    at.own_call(sub.call)
+                again = Trial(sub, seed, dist)  # the same draws, a hot call
+                try:
+                    self._judged(
+                        ForwardAccuracy, sub, again, f"{label} after {HOT_CALLS + 1} calls", sizes
+                    )
+                finally:
+                    again.release()
         finally:
             at.release()
+
+    def _judged(self, cls: type[Check], sub, at: Trial, label: str, sizes: dict) -> bool:
+        """Judge ``at`` with one of JUDGES; False (and the failure kept) when it fails."""
+        judge = cls(sub, SWEEP_PARAMS.get(cls.name))
+        judge.observe(at)
+        outcome = judge.outcome()
+        if "max_abs" in outcome.metrics:
+            worst = max(self.worst.get(judge.name, 0.0), outcome.metrics["max_abs"])
+            self.worst[judge.name] = worst
+        if outcome.status == "fail":
+            self.failed = (label, sizes, outcome, judge.name)
+            return False
+        return True
 
     def outcome(self) -> Outcome:
         metrics = {"shapes": self.shapes, **{f"{k}_max_abs": v for k, v in self.worst.items()}}

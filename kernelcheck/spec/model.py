@@ -283,6 +283,9 @@ class OpSpec:
     in_range: tuple[str, ...] = ()
     # add-on specs whose [override.<op>] changed its grid or check settings
     overridden_by: tuple[Path, ...] = ()
+    # inputs an attribute switched on (:meth:`for_attributes`): a candidate may be called
+    # without them, as at the attribute's other value
+    switched_on: tuple[str, ...] = ()
 
     @property
     def base_dir(self) -> Path:
@@ -317,6 +320,7 @@ class OpSpec:
         masked, raises, oor = self.masked, self.must_raise, self.out_of_range
         return replace(
             self,
+            switched_on=tuple(i.name for i in self.inputs if i.when and i.name not in off),
             inputs=tuple(replace(i, when=None) for i in self.inputs if i.name not in off),
             grad_inputs=tuple(n for n in self.grad_inputs if n not in off),
             masked=kept(masked, *(masked and (masked.mask, *masked.any_index) or ())),

@@ -4,7 +4,7 @@ gradient that flows from them alone; an empty ``gradients`` list judges no gradi
 from __future__ import annotations
 
 from kernelcheck import api
-from tests.conftest import FIXTURES, SPECS, run_one
+from tests.conftest import FIXTURES, SPECS, run_one, run_small, with_candidate
 
 SHAPE = {"batch": 8, "vocab": 257}
 
@@ -49,3 +49,14 @@ def test_an_empty_gradients_list_judges_no_gradient(tmp_path):
     assert cat.op("logp_entropy").out_of_range.gradients == ()
     res = run_one(cat, "logp_entropy", "leaky", "contract", "fp32", SHAPE)
     assert res.status == "pass", res.message
+
+
+def test_an_all_true_mask_must_give_the_bits_of_no_mask(catalog):
+    """A kernel that sums in another order once given a mask fails the contract where an
+    attribute switches the mask on; the honest candidates pass it."""
+    cat = with_candidate(catalog, "bug", "broken_logp:mask_switches_the_sum", backward=False)
+    kw = dict(seeds=[0], attributes={"with_mask": True})
+    res = run_small(cat, "bug", ["contract"], **kw)["contract"]
+    assert res.status == "fail" and "all-true mask: output 'logp' differs" in res.message
+    honest = run_small(catalog, "torch", ["contract"], **kw)["contract"]
+    assert honest.status == "pass", honest.message

@@ -128,6 +128,7 @@ def test_an_attribute_forgotten_past_2_25_logits_fails_in_the_widest_sweep(catal
         assert "one batch of 326404 (3-D)" in r.plots["invariance"]
 
 
+@pytest.mark.slow  # linear_logp's one batch at hidden 1,024
 def test_a_split_k_for_few_tokens_at_a_real_hidden_size_fails(catalog):
     """linear_logp splitting K for fewer than 8 tokens at hidden >= 1,024: the grid's
     8 x 1024 x 1000 shape compares those bits (alone: split) with batches of 16 and
@@ -197,3 +198,18 @@ def test_a_misaligned_placement_has_nan_before_its_rows():
     assert torch.equal(got, pool[[2, 0]])
     before = torch.as_strided(got, (1,), (1,), got.storage_offset() - 1)
     assert bool(before.isnan().all())
+
+
+def test_a_path_for_few_live_rows_shows_in_the_own_batch_of_a_sparse_seed(catalog):
+    """Odd seeds mask 15 rows in 16: the own batch is compared at every seed, so a kernel
+    that compacts the few live rows into another order fails there (seed 0 alone: the
+    pool's and the own batch's rows are dense, and it passes)."""
+    cat = with_candidate(catalog, "bug", "broken_logp:sparse_rows_compacted", backward=False)
+    # 512 rows: some 32 live at the sparse seed, all of them in the sampled own rows
+    kw = dict(shape={"batch": 16, "seq": 32, "vocab": 257}, attributes={"with_mask": True})
+    check = "forward_invariance"
+    dense = run_small(cat, "bug", [check], seeds=[0], **kw)[check]
+    assert dense.status == "pass", dense.message
+    sparse = run_small(cat, "bug", [check], seeds=[0, 1], **kw)[check]
+    assert sparse.status == "fail" and "own batch of 512" in sparse.message, sparse.message
+    assert "seed 1" in sparse.message

@@ -7,7 +7,16 @@ from __future__ import annotations
 import pytest
 
 from kernelcheck import api
-from kernelcheck.checks.shape_sweep import LONG_ROWS, TILED_BASE, sweep_shapes, sweep_sizes
+from kernelcheck.checks.shape_sweep import (
+    LONG_ROWS,
+    TILED_BASE,
+    WIDE_ELEMENTS,
+    WIDE_ROWS,
+    sweep_shapes,
+    sweep_sizes,
+    swept_dims,
+    wide_batches,
+)
 from tests.conftest import run_one, run_small, with_candidate
 
 
@@ -53,12 +62,32 @@ def test_every_op_gets_its_reduced_dims_swept_and_a_long_lead(catalog):
     assert {"hidden", "vocab"} <= set(linear)
 
 
+def test_every_inner_dim_gets_wide_batches_of_many_rows(catalog):
+    """Width and rows together: 2^8 + 1, 2^11 + 1, 2^14 + 1 and the widest swept size,
+    each with 2^22 elements' worth of rows, 64 to 1,024 (Gemma's vocabulary: 64)."""
+    for name, op in catalog.ops.items():
+        inner = {d: op.dims[d].default for d in swept_dims(op)}
+        wide = wide_batches(op, inner)
+        for dim in swept_dims(op):
+            at = {s[dim]: s for label, s in wide if label.split(" at ")[1].startswith(dim + "=")}
+            widest = sweep_sizes(dim, op.dims[dim].sweep_max)[-1]
+            assert {257, 2049, 16385, widest} <= set(at), (name, dim)
+            for size, sizes in at.items():
+                rows = sizes[op.lead[0]]
+                assert WIDE_ROWS[0] <= rows <= WIDE_ROWS[1]
+                assert rows == WIDE_ROWS[0] or rows * size <= WIDE_ELEMENTS or rows == WIDE_ROWS[1]
+        assert [s for _, s in wide] == [
+            s for label, s in sweep_shapes(op, 3) if " rows at " in label
+        ]
+
+
 @pytest.mark.parametrize(
     ("bug", "where"),
     [
         ("vector_tail_of_one", "vocab="),
         ("stale_rows_past_65535", f"{LONG_ROWS} rows"),
         ("fixed_tile_table", "vocab=262208"),  # Gemma 3's: 64 columns past 2^18
+        ("streaming_rows_skip_rescale", "64 rows at vocab=262208"),  # a training batch's path
     ],
 )
 def test_a_kernel_wrong_only_on_a_tail_fails_and_its_shape_reruns(catalog, bug, where):
@@ -81,6 +110,22 @@ def test_a_kernel_wrong_only_on_a_tail_fails_and_its_shape_reruns(catalog, bug, 
     assert again.status == "fail", again.message
 
 
+def test_a_shape_specialised_after_16_calls_fails_on_its_hot_call(catalog):
+    """A kernel cache that swaps in a specialised kernel with a broken tail after 16 calls
+    of a shape: each shape's first call is exact, its 33rd is judged too."""
+    from kernelcheck.spec.imports import resolve
+    from tests.conftest import FIXTURES
+
+    cat = with_candidate(catalog, "bug", "scale_bugs:hot_shape_drops_tail")
+    calls = resolve("scale_bugs:hot_shape_drops_tail", FIXTURES).__globals__["_CALLS"]
+    calls.clear()
+    res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
+    assert res.status == "fail" and "at vocab=257 after 33 calls" in res.message, res.message
+    calls.clear()  # the same shape's first call, as an ordinary case: exact
+    first = run_one(cat, "logp", "bug", "forward_accuracy", "fp32", res.metrics["failing_shape"])
+    assert first.status == "pass", first.message
+
+
 @pytest.mark.parametrize(
     ("bug", "dtype", "where", "judge"),
     [
@@ -100,6 +145,7 @@ def test_a_tiled_kernel_wrong_at_a_tile_edge_fails(catalog, bug, dtype, where, j
     assert res.metrics["failing_check"] == judge
 
 
+@pytest.mark.slow  # two whole sweeps
 def test_the_planted_tile_bugs_honest_control_passes(catalog):
     cat = with_candidate(catalog, "control", "tile_bugs:honest")
     for dtype in ("fp32", "bf16"):
@@ -111,7 +157,9 @@ def test_the_planted_tile_bugs_honest_control_passes(catalog):
 def test_honest_candidates_pass_the_sweep(catalog, candidate):
     res = run_small(catalog, candidate, ["shape_sweep"], seeds=[0])["shape_sweep"]
     assert res.status == "pass", res.message
-    assert res.metrics["shapes"] == len(sweep_sizes("vocab")) + 1  # logp sweeps its vocab
+    op = catalog.ops["logp"]
+    wide = wide_batches(op, {"vocab": op.dims["vocab"].default})
+    assert res.metrics["shapes"] == len(sweep_sizes("vocab")) + len(wide) + 1  # logp: vocab
 
 
 def test_the_sweep_runs_once_per_candidate_dtype_and_attributes(catalog):
@@ -121,6 +169,7 @@ def test_the_sweep_runs_once_per_candidate_dtype_and_attributes(catalog):
     assert not with_sweep[0].attrs or not with_sweep[0].shown
 
 
+@pytest.mark.slow  # five sweeps
 def test_an_attribute_sweep_takes_the_size_edges_where_a_wide_path_forgets_it(catalog):
     """rms_norm with eps hard-coded at its default past hidden 4,096 (no grid shape is
     wider): the defaults pass; the eps = 1e-5 sweep's shape_sweep, at the first dtype
@@ -150,15 +199,19 @@ def test_an_attribute_sweep_takes_the_size_edges_where_a_wide_path_forgets_it(ca
     )
     by_eps = {r.attributes.get("eps", 1e-6): r for r in report.results}
     assert by_eps[1e-6].status == "pass", by_eps[1e-6].message
-    assert by_eps[1e-6].metrics["shapes"] == len(sweep_sizes("hidden")) + 1
+    op = cat.ops["rms_norm"]
+    wide = wide_batches(op, {"hidden": op.dims["hidden"].default})
+    assert by_eps[1e-6].metrics["shapes"] == len(sweep_sizes("hidden")) + len(wide) + 1
     for eps in (1e-5, 1e-3):
         assert by_eps[eps].status == "fail" and "at hidden=4097" in by_eps[eps].message
     assert by_eps[1e-5].metrics["shapes"] < len(sweep_sizes("hidden", residues=False))
 
 
-def test_a_chunked_weight_gradient_that_overwrites_fails_at_the_long_lead(catalog):
+@pytest.mark.slow  # 2^24 logits
+def test_a_chunked_weight_gradient_that_overwrites_fails_past_one_chunk(catalog):
     """linear_logp's backward chunked over 2^24 logits, storing dW with = instead of +=:
-    exact with one chunk (every grid shape), wrong at 65,537 tokens."""
+    exact with one chunk (every grid shape), wrong past it (64 tokens at vocab 262,208;
+    65,537 tokens)."""
     from tests.conftest import with_op_candidate
 
     cat = with_op_candidate(
@@ -178,7 +231,8 @@ def test_a_chunked_weight_gradient_that_overwrites_fails_at_the_long_lead(catalo
     by = {(r.case_id, r.check): r for r in report.results}
     assert all(r.status == "pass" for (_, c), r in by.items() if c == "backward_accuracy")
     (sweep,) = [r for (_, c), r in by.items() if c == "shape_sweep"]
-    assert sweep.status == "fail" and f"at {LONG_ROWS} rows" in sweep.message, sweep.message
+    # past one chunk: the wide batch at Gemma's vocabulary (2^24 logits), before the long lead
+    assert sweep.status == "fail" and "at 64 rows at vocab=262208" in sweep.message, sweep.message
     assert "gradient:weight" in sweep.message
     # the table shows the failing shape's error and the weight gradient's own limit
     from kernelcheck.report.terminal import headline
