@@ -176,7 +176,8 @@ class _Invariance(Check):
         self.first_dist: str | None = None
         # the invariance grid: (layout, batch size) -> [position width, compared, mismatched]
         self.grid: dict[tuple[str, int], list] = {}
-        self._pools: dict[str, int] = {}  # pools judged per distribution
+        # the trials whose pool is judged (None: every trial, where no plan chose them)
+        self._pool_trials: set[int] | None = None
 
     def skip_reason(self) -> str | None:
         op = self.ctx.op
@@ -245,26 +246,18 @@ class _Invariance(Check):
 
     def trials_wanted(self, trials: list[Trial]) -> list[Trial]:
         """Every trial: its own batch is compared at every seed (a sparse seed's batch of
-        mostly masked rows is where a kernel compacts the live ones); the pool is judged
-        on the first ``max_seeds`` of each distribution (:meth:`_pool_wanted`)."""
+        mostly masked rows is where a kernel compacts the live ones); the pool only on
+        the trials ``max_seeds`` picks, as any check's trials are picked."""
+        self._pool_trials = {id(t) for t in super().trials_wanted(trials)}
         return trials
 
     def observe(self, trial: Trial) -> None:
         own = self._own_rows(trial)  # before the pool: a Qwen3 trial's results go first
-        if self.ctx.case.pool_judged_in is None and self._pool_wanted(trial):
+        pooled = self._pool_trials is None or id(trial) in self._pool_trials
+        if self.ctx.case.pool_judged_in is None and pooled:
             self._judge_pool(trial)
         if own is not None:
             self._compare_own(trial, own)
-
-    def _pool_wanted(self, trial: Trial) -> bool:
-        """Whether this trial's pool is judged: the first ``max_seeds`` trials of its
-        distribution."""
-        limit = int(self.params.get("max_seeds") or 0)
-        seen = self._pools.setdefault(trial.distribution, 0)
-        if limit and seen >= limit:
-            return False
-        self._pools[trial.distribution] = seen + 1
-        return True
 
     def _run(self, source, index, lead, misalign) -> list[torch.Tensor]:
         """The row-wise results of one call on rows ``index`` of ``source`` placed in ``lead``."""

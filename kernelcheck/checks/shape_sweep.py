@@ -131,7 +131,7 @@ def sweep_shapes(op: OpSpec, rows: int, full: bool = True) -> list[tuple[str, di
     inner = {d: op.dims[d].default for d in swept_dims(op)}
     shapes = []
     for dim in swept_dims(op):
-        others = {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
+        others = _other_inner(inner, dim)
         for size in sweep_sizes(dim, op.dims[dim].sweep_max, residues=full):
             shapes.append((f"{dim}={size}", {**lead_sizes(op, rows), **others, dim: size}))
     if op.lead and full:
@@ -142,13 +142,18 @@ def sweep_shapes(op: OpSpec, rows: int, full: bool = True) -> list[tuple[str, di
     return shapes
 
 
+def _other_inner(inner: dict[str, int], dim: str) -> dict[str, int]:
+    """The inner dims other than the swept ``dim``, each at most OTHER_INNER."""
+    return {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
+
+
 def wide_batches(op: OpSpec, inner: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
     """(label, sizes) of the wide batches: each inner dim at 2^k + 1 (k in WIDE_POWERS)
     and at its widest swept size, with WIDE_ELEMENTS worth of rows (within WIDE_ROWS),
     the other inner dims as in the sweep."""
     shapes = []
     for dim in swept_dims(op):
-        others = {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
+        others = _other_inner(inner, dim)
         sizes = sweep_sizes(dim, op.dims[dim].sweep_max, residues=False)
         picks = sorted({s for s in sizes if s in {2**k + 1 for k in WIDE_POWERS}} | {sizes[-1]})
         for size in picks:
