@@ -35,8 +35,9 @@ VERDICT_STYLE = {"PASSED": "green", "FAILED": "bold red", "REGRESSED": "bold red
 
 LEGEND = (
     "worst: the largest error (accuracy: max |cand - gold|; precision: max error and its "
-    "ratio to the fp32 reference's; invariance, determinism: rows or runs that differ in "
-    "bits; contract, integrity: violations). limit: what was applied."
+    "ratio to the fp32 reference's, a gradient's as a row's relative L1; invariance, "
+    "determinism: rows or runs that differ in bits; contract, integrity: violations). "
+    "limit: what was applied."
 )
 
 
@@ -63,6 +64,12 @@ def headline(r: CheckResult) -> tuple[str, str]:
         if m.get("n_nonfinite"):
             worst = f"{m['n_nonfinite']} NaN/Inf, else {_e(m.get('max_abs', 0.0))}"
         limit = _e(t["limit"]) if "limit" in t else f"{t['ratio']:g}x ref + {t['floor_ulp']} ulp"
+        return worst, limit
+    if "reference_ratio" in t:  # backward_precision: a per-row relative L1 error
+        worst = f"{_e(m.get('rel_l1', 0.0))} ({m.get('ratio', 0.0):.2f}x)"
+        if m.get("n_nonfinite"):
+            worst = f"{m['n_nonfinite']} NaN/Inf, else {worst}"
+        limit = _e(t["limit"]) if "limit" in t else ""
         return worst, limit
     if "mismatched_rows" in m:
         return f"{m['mismatched_rows']}/{m.get('comparisons', m.get('compared_rows'))} rows", "bits"

@@ -85,6 +85,17 @@ def test_nonfinite_outputs_are_counted_and_the_finite_error_shown_apart(catalog)
     assert "NaN/Inf output(s)" in res["forward_precision"].message
 
 
+def test_backward_precision_shows_its_relative_error_against_its_limit(catalog):
+    from kernelcheck.report.terminal import headline
+
+    res = run_small(catalog, "torch", ["backward_precision"], seeds=[0])["backward_precision"]
+    worst, limit = headline(res)
+    m = res.metrics
+    assert res.status == "pass" and m["rel_l1"] <= res.tolerance["limit"]
+    assert worst == f"{m['rel_l1']:.2e} ({m['ratio']:.2f}x)"
+    assert limit == f"{res.tolerance['limit']:.2e}"
+
+
 def test_ulp_only_where_an_fp32_ulp_applies(catalog):
     res = run_small(catalog, "torch", ["backward_accuracy"], dtype="bf16", seeds=[0])
     assert "max_ulp" not in res["backward_accuracy"].metrics
