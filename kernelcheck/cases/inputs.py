@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from kernelcheck import dtypes
-from kernelcheck.spec.model import InputSpec, OpSpec
+from kernelcheck.spec.model import InputSpec, OpSpec, eval_dim_expr
 
 MASKED_FRACTION = 0.3
 # an lm row's selected entry holds 1 - 10^-u of its softmax, u uniform in this range
@@ -338,8 +338,23 @@ class _Draw:
         _at_least_one(at_edge, ~drop, gen)
         edges = torch.tensor(edge_columns(size), dtype=torch.int64)
         t[at_edge] = edges[torch.arange(int(at_edge.sum())) % len(edges)]  # in order
-        t[drop] = INDEX_IGNORED
-        return t if spec.dtype == "case" else t.to(dtypes.FIXED_DTYPES[spec.dtype])
+        dtype = torch.int64 if spec.dtype == "case" else dtypes.FIXED_DTYPES[spec.dtype]
+        ignored = self.ignored_values(spec, dtype)
+        start = int(torch.randint(0, len(ignored), (), generator=gen))
+        t[drop] = ignored[(torch.arange(int(drop.sum())) + start) % len(ignored)]
+        return t.to(dtype)
+
+    def ignored_values(self, spec: InputSpec, dtype: torch.dtype) -> torch.Tensor:
+        """The values an ignored entry of ``spec`` takes, in turn from a drawn start: the
+        contract's out-of-range values where it has them for this input (a target past
+        the vocab, as well as -100), so that every check, with grad and under
+        ``inference_mode`` too, meets each; those ``dtype`` holds."""
+        rule = self.op.out_of_range
+        if rule is None or rule.input != spec.name:
+            return torch.tensor([INDEX_IGNORED])
+        info = torch.iinfo(dtype)
+        values = [eval_dim_expr(v, self.sizes) for v in rule.values]
+        return torch.tensor([v for v in values if info.min <= v <= info.max] or [INDEX_IGNORED])
 
     def case(self, spec: InputSpec, n: int, inner: tuple[int, ...]) -> torch.Tensor:
         """The case's distribution; a mixed one deals rows round-robin over its parts."""

@@ -61,6 +61,9 @@ class CaseContext:
     # ``changes``: the contract calls them in this process, as a model's layers would
     other_attribute_values: dict[str, tuple] = field(default_factory=dict)
     rebound: Callable[[dict], tuple[Callable, Callable]] | None = None
+    # each switch attribute whose input the candidate takes, at its other value: the op
+    # as a case at that value sees it (logp with a mask, where the case has none)
+    switched_ops: dict[str, OpSpec] = field(default_factory=dict)
     gradient_scale_fn: Callable | None = None  # backward_precision's yardstick, if not |gold|
     # trials of every candidate (by default none: not shared)
     shared: SharedTrials = field(default_factory=lambda: SharedTrials(None))

@@ -17,6 +17,7 @@ from dataclasses import replace
 import torch
 
 from kernelcheck import dtypes, gold
+from kernelcheck.cases.inputs import make_inputs
 from kernelcheck.checks import concurrent_calls
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import ErrorStats, bits, first_bit_difference
@@ -115,6 +116,7 @@ class Contract(Check):
             self._scaled_up,
             self._other_dtypes,
             self._other_attributes,
+            self._other_switches,
         )
         for part in probes:
             probe = part.__name__.strip("_")
@@ -191,17 +193,34 @@ class Contract(Check):
         inputs, lead = self._head(trial)
         rows, values = plant_out_of_range(self.ctx, inputs)
         idx = inputs[rule.input].reshape(-1)
-        try:
-            outs = self.ctx.call(self.ctx.to_device(inputs))
-        except CandidateFault as exc:
-            if exc.out_of_memory:
-                raise
-            raise CandidateFault(
-                f"{rule.input} in {values} (out of range) {exc}, where the contract asks for "
-                f"exactly {rule.output!r}"
-            ) from None
-        want = torch.tensor(rule.output, dtype=torch.float32)
         before = len(self.problems)
+        for inference in (False, True):  # a rollout's path may be a kernel of its own
+            try:
+                outs = self.ctx.call(self.ctx.to_device(inputs), inference)
+            except CandidateFault as exc:
+                if exc.out_of_memory:
+                    raise
+                raise CandidateFault(
+                    f"{rule.input} in {values} (out of range) {exc}, where the contract asks "
+                    f"for exactly {rule.output!r}"
+                ) from None
+            self._out_of_range_outputs(outs, idx, rows, " under inference_mode" * inference)
+        outs, nonzero = self._nonzero_gradients(
+            trial, inputs, lead, rows, rule.gradients, rule.outputs
+        )
+        self._out_of_range_outputs(outs, idx, rows, " (with grad)")
+        for n in nonzero:
+            src = f" (from {', '.join(rule.outputs)})" if rule.outputs is not None else ""
+            self.problems.append(f"gradient:{n}{src} is not zero on out-of-range rows")
+        if len(self.problems) == before:
+            self.passed.append(f"out-of-range {rule.input} -> {rule.output}")
+
+    def _out_of_range_outputs(self, outs: list, idx: torch.Tensor, rows: list, how: str) -> None:
+        """A problem for the first output (in the rule's scope) that is not exactly the
+        rule's value on the planted ``rows``; ``how`` names the call (a training path and
+        a rollout's may check the range apart)."""
+        rule = self.ctx.op.out_of_range
+        want = torch.tensor(rule.output, dtype=torch.float32)
         for spec, o in zip(self.ctx.op.outputs, outs):
             if rule.outputs is not None and spec.name not in rule.outputs:
                 continue  # the rule is scoped to other outputs
@@ -213,32 +232,27 @@ class Contract(Check):
             if bool(bad.any()):
                 k = int(bad.nonzero()[0])
                 self.problems.append(
-                    f"{spec.name}: {rule.input}={int(idx[rows[k]])} (out of range) gave "
-                    f"{got[k].item()!r}, "
-                    f"expected exactly {rule.output!r}: "
+                    f"{spec.name}{how}: {rule.input}={int(idx[rows[k]])} (out of range) gave "
+                    f"{got[k].item()!r}, expected exactly {rule.output!r}: "
                     + first_bit_difference(got[k : k + 1].float(), want.view(1))
                 )
-        nonzero = self._nonzero_gradients(trial, inputs, lead, rows, rule.gradients, rule.outputs)
-        for n in nonzero:
-            src = f" (from {', '.join(rule.outputs)})" if rule.outputs is not None else ""
-            self.problems.append(f"gradient:{n}{src} is not zero on out-of-range rows")
-        if len(self.problems) == before:
-            self.passed.append(f"out-of-range {rule.input} -> {rule.output}")
+                return
 
-    def _nonzero_gradients(self, trial, inputs, lead, rows, only=None, source=None) -> list[str]:
-        """The row-wise gradients (of ``only``, None: all) not all zero on ``rows`` of the
-        flat lead: a backward call on ``inputs`` (none when backward checks are off, or
-        ``only`` is empty), the upstream gradient of each output not in ``source`` (None:
-        all) zero, so what is judged is the gradient that flows from ``source`` alone."""
+    def _nonzero_gradients(self, trial, inputs, lead, rows, only=None, source=None):
+        """(outputs, names): a backward call's outputs on ``inputs`` and its row-wise
+        gradients (of ``only``, None: all) not all zero on ``rows`` of the flat lead (no
+        call when backward checks are off, or ``only`` is empty: ([], [])), the upstream
+        gradient of each output not in ``source`` (None: all) zero, so what is judged is
+        the gradient that flows from ``source`` alone."""
         if not self.ctx.grad or only == ():
-            return []
+            return [], []
         upstream = self.ctx.upstream(trial.seed, lead)
         if source is not None:
             names = [o.name for o in self.ctx.op.outputs]
             upstream = [u if n in source else torch.zeros_like(u) for n, u in zip(names, upstream)]
-        _, grads = self.ctx.call_backward(self.ctx.to_device(inputs), upstream)
+        outs, grads = self.ctx.call_backward(self.ctx.to_device(inputs), upstream)
         nrows = math.prod(lead)
-        return [
+        return outs, [
             n
             for n, g in grads.items()
             if self.ctx.op.is_row_wise(self.ctx.op.input(n))
@@ -265,22 +279,30 @@ class Contract(Check):
             for k, pos in enumerate(masked.tolist()):
                 ids[pos] = (pos % bound, -1, bound + 7)[k % 3]
         before = len(self.problems)
-        outs = self.ctx.call(self.ctx.to_device(inputs))
+        for inference in (False, True):  # a rollout's path may be a kernel of its own
+            outs = self.ctx.call(self.ctx.to_device(inputs), inference)
+            self._masked_outputs(outs, masked, " under inference_mode" * inference)
+        outs, nonzero = self._nonzero_gradients(trial, inputs, lead, masked)
+        self._masked_outputs(outs, masked, " (with grad)")
+        for n in nonzero:
+            self.problems.append(f"gradient:{n} is not zero at masked positions")
+        if len(self.problems) == before:
+            self.passed.append(f"masked ({rule.mask} false) -> exact outputs")
+
+    def _masked_outputs(self, outs: list, masked: torch.Tensor, how: str) -> None:
+        """A problem for each declared output of ``outs`` (one call's, named by ``how``)
+        that is not exactly its value at the ``masked`` positions."""
         names = [o.name for o in self.ctx.op.outputs]
-        for name, value in rule.outputs:
+        for name, value in self.ctx.op.masked.outputs if outs else ():
             got = outs[names.index(name)].detach().cpu().reshape(-1)[masked].float()
             want = torch.full_like(got, value)
             bad = bits(got) != bits(want)
             if bool(bad.any()):
                 k = int(bad.nonzero()[0])
                 self.problems.append(
-                    f"{name}: masked position {int(masked[k])} gave {got[k].item()!r}, expected "
-                    f"exactly {value!r}: " + first_bit_difference(got[k : k + 1], want[:1])
+                    f"{name}{how}: masked position {int(masked[k])} gave {got[k].item()!r}, "
+                    f"expected exactly {value!r}: " + first_bit_difference(got[k : k + 1], want[:1])
                 )
-        for n in self._nonzero_gradients(trial, inputs, lead, masked):
-            self.problems.append(f"gradient:{n} is not zero at masked positions")
-        if len(self.problems) == before:
-            self.passed.append(f"masked ({rule.mask} false) -> exact outputs")
 
     def _all_true_mask(self, trial: Trial) -> None:
         """A mask true everywhere gives the bits of no mask at all, outputs and gradients,
@@ -310,25 +332,38 @@ class Contract(Check):
             self.passed.append(f"all-true {rule.mask} == no {rule.mask}, in every bit")
 
     def _must_raise(self, trial: Trial) -> None:
-        """Each declared value at an active position must make the candidate raise."""
+        """Each declared value at an active position must make the candidate raise, in
+        each call mode: no grad, under ``inference_mode`` (a rollout's) and with grad (a
+        training step's), which may be kernels of their own, each with its own check."""
         rule = self.ctx.op.must_raise
         if rule is None:
             return
+        ctx = self.ctx
+        modes = {
+            "": lambda d, lead: ctx.call(d),
+            " under inference_mode": lambda d, lead: ctx.call(d, True),
+        }
+        if ctx.grad:
+            modes[" with grad"] = lambda d, lead: ctx.call_backward(
+                d, ctx.upstream(trial.seed, lead)
+            )
         before = len(self.problems)
         for value in rule.values:
-            inputs, _ = self._head(trial)
+            inputs, lead = self._head(trial)
             if rule.where:
                 inputs[rule.where].reshape(-1)[0] = True
             v = eval_dim_expr(value, self.ctx.sizes)
             inputs[rule.input].reshape(-1)[0] = v
-            try:
-                self.ctx.call(self.ctx.to_device(inputs))
-            except CandidateFault as exc:
-                if exc.out_of_memory:
-                    raise
-                continue  # raised, as the contract asks
-            where = f" at an active position ({rule.where} true)" if rule.where else ""
-            self.problems.append(f"{rule.input}={v}{where} did not raise")
+            for how, call in modes.items():
+                try:
+                    call(ctx.to_device(inputs), lead)
+                except CandidateFault as exc:
+                    if exc.out_of_memory:
+                        raise
+                    continue  # raised, as the contract asks
+                where = f" at an active position ({rule.where} true)" if rule.where else ""
+                self.problems.append(f"{rule.input}={v}{where} did not raise{how}")
+                break
         if len(self.problems) == before:
             self.passed.append(f"{rule.input} out of range -> raises")
 
@@ -734,6 +769,39 @@ class Contract(Check):
             return tried
 
         self._same_bits_around(head, at, calls_at_other_values)
+
+    def _other_switches(self, trial: Trial) -> None:
+        """The same rows with each switch attribute the candidate takes at its other value
+        (a mask drawn and passed where the case has none, left out where it has one),
+        between two calls at the case's setting: within the contract tolerance of the
+        gold, and the last call with the first call's bits. A kernel cache keyed without
+        the switch (a mask compiled in or out as a constant) serves the first call's build
+        to the other: a rollout's calls without a mask, then the trainer's with one."""
+        ctx = self.ctx
+        if not ctx.switched_ops:
+            return
+        head, lead = self._head(trial)
+        at = ", ".join(
+            f"{k.partition('=')[0]}={'false' if k.endswith('=true') else 'true'}"
+            for k in ctx.switched_ops
+        )
+
+        def calls_switched() -> list[str]:
+            for key, other in ctx.switched_ops.items():
+                drawn = make_inputs(
+                    other, ctx.sizes, ctx.case.dtype, trial.seed, trial.distribution, lead=lead
+                )
+                inputs = {i.name: head.get(i.name, drawn[i.name]) for i in other.inputs}
+                outs = ctx.call(ctx.to_device(inputs))
+                want = gold.forward(other, ctx.gold_fn, inputs, lead)
+                for o, g, w in zip(other.outputs, outs, want):
+                    tol = ctx.tolerance("forward_accuracy", o.name)
+                    self._close(
+                        f"{key} after a call at {at}: output {o.name!r}", "the gold's", tol, g, w
+                    )
+            return list(ctx.switched_ops)
+
+        self._same_bits_around(head, at, calls_switched)
 
     def _same_bits_around(self, head: dict, at: str, others: Callable[[], list[str]]) -> None:
         """Call on ``head`` at the case's settings (``at``), make the other calls

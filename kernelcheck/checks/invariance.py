@@ -9,7 +9,8 @@ each of these layouts:
 - ``batches``: the R rows in a seeded random order, dealt into consecutive batches whose
   sizes cycle through ``batch_sizes`` and the odd sizes 3, 5, 7 (one real kernel differs
   only in batches of 3), each batch's storage starting one element past its allocation
-  (``misaligned``), every other batch at **one** CPU thread (alone runs at all cores, at
+  (``misaligned``: by 1, 2, 3, ... elements in turn, every offset within 64 bytes),
+  every other batch at **one** CPU thread (alone runs at all cores, at
   least 8 threads, whatever the case's own count): rows at other positions, in small batches, at
   other address alignments, with another thread count than alone;
 - ``one batch``: the R rows, each several times over, in one batch of ``big_rows``
@@ -114,17 +115,30 @@ def batch_layout(k: int, sizes: int, shapes: int) -> tuple[int, int]:
     return combo % 2, combo // 2
 
 
+ALIGNMENT = 64  # bytes: the widest vector load (AVX-512, a GPU's 4 x float4 per lane)
+
+
+def misaligned_by(shift: int, element_size: int) -> int:
+    """Elements to start rows past an allocation at ``shift`` (0: none): shifts 1, 2, ...
+    cycle through every element offset within ``ALIGNMENT`` bytes, so row starts meet each
+    vector width a kernel may pick from the address (a float2 path at 8 bytes, a float4
+    one at 16), not only an odd one."""
+    if shift <= 0:
+        return 0
+    return 1 + (shift - 1) % max(1, ALIGNMENT // element_size - 1)
+
+
 def placed_rows(
-    pool: torch.Tensor, index: list[int], lead: tuple[int, ...], device, misalign: bool
+    pool: torch.Tensor, index: list[int], lead: tuple[int, ...], device, offset: int = 0
 ) -> torch.Tensor:
-    """Rows ``index`` of ``pool`` as a fresh contiguous ``[*lead, ...]`` tensor on ``device``;
-    ``misalign`` starts its storage one element past an allocation. One copy: the rows are
+    """Rows ``index`` of ``pool`` as a fresh contiguous ``[*lead, ...]`` tensor on ``device``,
+    its storage starting ``offset`` elements past an allocation. One copy: the rows are
     gathered straight into place on the CPU (host-side, then one transfer, elsewhere)."""
     inner = tuple(pool.shape[1:])
-    buf = torch.empty(math.prod((*lead, *inner)) + int(misalign), dtype=pool.dtype, device=device)
-    if misalign and pool.is_floating_point():  # a read before the rows reads NaN
-        buf[:1].fill_(float("nan"))
-    dst = buf[int(misalign) :].view(len(index), *inner)
+    buf = torch.empty(math.prod((*lead, *inner)) + offset, dtype=pool.dtype, device=device)
+    if offset and pool.is_floating_point():  # a read before the rows reads NaN
+        buf[:offset].fill_(float("nan"))
+    dst = buf[offset:].view(len(index), *inner)
     if len(index) == 1:
         dst.copy_(pool[index[0] : index[0] + 1])
     elif dst.device.type == "cpu":
@@ -259,9 +273,10 @@ class _Invariance(Check):
         if own is not None:
             self._compare_own(trial, own)
 
-    def _run(self, source, index, lead, misalign) -> list[torch.Tensor]:
-        """The row-wise results of one call on rows ``index`` of ``source`` placed in ``lead``."""
-        return self._results(*self._placed(source, index, lead, misalign), lead)
+    def _run(self, source, index, lead, shift=0) -> list[torch.Tensor]:
+        """The row-wise results of one call on rows ``index`` of ``source`` placed in
+        ``lead``, float inputs misaligned at ``shift`` (:func:`misaligned_by`)."""
+        return self._results(*self._placed(source, index, lead, shift), lead)
 
     def _judge_pool(self, trial: Trial) -> None:
         """The R pool rows alone, in small batches and in one large batch. Skipped where an
@@ -270,15 +285,15 @@ class _Invariance(Check):
         big = self.big_rows(rows)
         pool = self.ctx.pool(trial.seed, trial.distribution, rows)
 
-        def run(index, lead, misalign):
-            return self._run(pool, index, lead, misalign)
+        def run(index, lead, shift=0):
+            return self._run(pool, index, lead, shift)
 
         gen = torch.Generator().manual_seed(trial.seed * 7919 + rows)
         many, few = thread_counts()
         # alone: the reference bits of every compared row, at all threads
         self.progress("alone (batch 1)")
         with torch_threads(many):
-            alone = [run([r], (1,), False) for r in range(rows)]
+            alone = [run([r], (1,)) for r in range(rows)]
         self.distinct += rows
         reference = self._reference(alone)
 
@@ -296,8 +311,9 @@ class _Invariance(Check):
             threads, shape = batch_layout(k, len(small), len(shapes))
             lead = shapes[shape][1](len(batch))
             with torch_threads((few, many)[threads]):
-                got = run(batch, lead, misalign)
-            self._compare(trial, label, batch, got, reference, lead=lead)
+                got = run(batch, lead, k + 1 if misalign else 0)
+            placed = self._offset_bytes(k + 1 if misalign else 0)
+            self._compare(trial, label, batch, got, reference, lead=lead, placed=placed)
 
         # the R rows again and again (copies cost nothing to draw), in a seeded order
         order = [r % rows for r in torch.randperm(big, generator=gen).tolist()]
@@ -305,23 +321,32 @@ class _Invariance(Check):
         label = f"one batch of {big} ({shape_label})"
         self.progress(label)
         # at the case's own count: rows outnumber threads here, nothing splits a row
-        self._compare(trial, label, order, run(order, lead, False), reference)
+        self._compare(trial, label, order, run(order, lead), reference)
 
-    def _placed(self, source, index, lead, misalign):
+    def _placed(self, source, index, lead, shift):
         """Fresh device inputs holding rows ``index`` of ``source`` (pool, upstream) in
         ``lead``: a candidate that writes them spoils nothing; only float inputs are
-        misaligned ("misalign" is about vector loads of the data)."""
+        misaligned, at ``shift`` (it is about vector loads of the data)."""
         ctx, op = self.ctx, self.ctx.op
         inputs, ups = source
+
+        def offset(v: torch.Tensor) -> int:
+            return misaligned_by(shift, v.element_size()) if v.is_floating_point() else 0
+
         dev = {
             k: (
-                placed_rows(v, index, lead, ctx.device, misalign and v.is_floating_point())
+                placed_rows(v, index, lead, ctx.device, offset(v))
                 if op.is_row_wise(op.input(k))
                 else v.to(ctx.device, copy=True)
             )
             for k, v in inputs.items()
         }
-        return dev, [placed_rows(u, index, lead, "cpu", False) for u in ups]
+        return dev, [placed_rows(u, index, lead, "cpu") for u in ups]
+
+    def _offset_bytes(self, shift: int) -> str:
+        """Where the case-dtype inputs start at ``shift``, for a message ('' at none)."""
+        size = dtypes.torch_dtype(self.ctx.case.dtype).itemsize
+        return f"rows {misaligned_by(shift, size) * size} bytes past an allocation" if shift else ""
 
     @staticmethod
     def _reference(alone: list) -> tuple:
@@ -361,14 +386,16 @@ class _Invariance(Check):
         label = f"own batch of {math.prod(ctx.lead)}"
         self.progress(label)
         with torch_threads(thread_counts()[0]):  # alone as in the pool: split if ever
-            alone = [self._run((inputs, ups), [int(r)], (1,), False) for r in take]
+            alone = [self._run((inputs, ups), [int(r)], (1,)) for r in take]
         reference = self._reference(alone)
         self._compare(trial, label, list(range(len(take))), results, reference, take.tolist())
 
-    def _compare(self, trial, label, index, results, reference, names=None, lead=None) -> None:
+    def _compare(
+        self, trial, label, index, results, reference, names=None, lead=None, placed=""
+    ) -> None:
         """Count the rows of one batch whose bits differ from the same rows alone;
         ``names`` (default ``index``) say which rows those are in the message, ``lead``
-        the batch's lead shape where the label does not."""
+        the batch's lead shape where the label does not, ``placed`` its rows' placement."""
         alone, digests = reference
         at = torch.tensor(index)
         per_output = [row_digests(got) != want[at] for got, want in zip(results, digests)]
@@ -388,6 +415,7 @@ class _Invariance(Check):
             self.first_trial = trial
             self.first_dist = row_distribution(trial.distribution, (names or index)[pos])
             shape = f" as lead {lead}" if lead is not None and len(lead) > 1 else ""
+            shape += f" ({placed})" if placed else ""
             name = (names or index)[pos]
             self.first = (
                 f"{label}, position {pos} of {len(index)}{shape} ({which} {name}): "

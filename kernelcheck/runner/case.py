@@ -134,6 +134,21 @@ def other_attribute_values(op: OpSpec, attrs: dict, taken: set[str]) -> dict[str
     return found
 
 
+def _switched_ops(op: OpSpec, case: Case, fn) -> dict[str, OpSpec]:
+    """``"with_mask=true"`` -> the op as a case at that switch value sees it, for each
+    switch at its other value whose inputs ``fn`` takes (the case's other attributes
+    kept): a kernel cache keyed without the switch serves one setting's build to both."""
+    found = {}
+    for name in sorted(op.switches):
+        inputs = [i.name for i in op.inputs if i.when == name]
+        if takes(fn, inputs) != set(inputs):
+            continue
+        value = not case.attributes.get(name, op.attributes[name][0])
+        flipped = op.for_attributes({**case.attributes, name: value})
+        found[f"{name}={str(value).lower()}"] = flipped.for_candidate(case.candidate)
+    return found
+
+
 def trial_distributions(op: OpSpec, case: Case) -> list[str]:
     """One mixed trial per seed when there are rows enough for every distribution.
 
@@ -190,7 +205,7 @@ def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
     # the op's attributes (eps, temperature) are keyword arguments of every callable;
     # a switch attribute (``when``) instead adds an input, which the candidate must take
     attrs = {k: v for k, v in case.attributes.items() if k not in op.switches}
-    switchable = {i.name for i in op.inputs if i.when}
+    switchable, switched_ops = {i.name for i in op.inputs if i.when}, _switched_ops(op, case, fn)
     op = op.for_attributes(case.attributes).for_candidate(cand.name)
     switched = [i.name for i in op.inputs if i.name in switchable]
     if cannot := unhonoured(fn, op, attrs) + sorted(set(switched) - takes(fn, switched)):
@@ -220,6 +235,7 @@ def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
         shared=SharedTrials(options.shared_dir, options.shared_budget),
         other_attribute_values=other_attribute_values(op, attrs, takes(loaded.fn, attrs)),
         rebound=rebound,
+        switched_ops=switched_ops,
     )
     active: dict[str, Check] = {}
     for name in case.checks:

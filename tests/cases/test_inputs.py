@@ -78,9 +78,24 @@ def test_equal_rows_and_heavy_tails(catalog):
     assert heavy.abs().max() <= 20 and heavy.abs().max() > 8
 
 
-def test_some_targets_are_the_ignore_index(catalog):
+def test_ignored_targets_take_each_out_of_range_value_of_the_contract(catalog):
+    """A kernel's training or rollout path may check only ``t < 0`` (the ignore index)
+    and read past the row at ``t >= vocab``: the trials every check sees hold each
+    out-of-range value of the contract, not only -100."""
     t = make_inputs(catalog.op("logp"), {"batch": 400, "vocab": 257}, "fp32", 0, "normal")["target"]
-    assert (t == -100).any() and ((t >= 0) & (t < 257)).float().mean() > 0.9
+    assert ((t >= 0) & (t < 257)).float().mean() > 0.9
+    assert set(t[(t < 0) | (t >= 257)].tolist()) == {-100, -1, 257, 264, 2**32 + 1}
+
+
+def test_an_out_of_range_value_its_dtype_cannot_hold_is_never_drawn(catalog):
+    import dataclasses
+
+    op = catalog.op("logp")
+    narrow = [dataclasses.replace(i, dtype="int32") if i.name == "target" else i for i in op.inputs]
+    t = make_inputs(dataclasses.replace(op, inputs=tuple(narrow)), {"batch": 400, "vocab": 257},
+                    "fp32", 0, "normal")["target"]  # fmt: skip
+    assert t.dtype == torch.int32
+    assert set(t[(t < 0) | (t >= 257)].tolist()) == {-100, -1, 257, 264}
 
 
 @pytest.mark.parametrize("vocab", [2, 17, 257, 10000, 151936])
@@ -143,7 +158,9 @@ def test_generator_output_is_pinned(catalog):
         [1062607581, -1075465147, 1065212457, -1072473591, -1085105079, -1098035586],
         [-1102794256, -1078773278, 1066833967, -1096637467, -1098879768, 1067073216],
     ]
-    assert x["target"].tolist() == [-100, 4]  # the one row left: the first edge column
+    # an ignored row (one of the contract's out-of-range values), the other at the first
+    # edge column
+    assert x["target"].tolist() == [-1, 4]
     y = make_inputs(op, {"batch": 2, "vocab": 6}, "bf16", 7, "lm")
     assert y["logits"].view(torch.int16).tolist() == [
         [16364, 16587, -16161, -16369, 16047, 16539],

@@ -3,6 +3,8 @@ gradient that flows from them alone; an empty ``gradients`` list judges no gradi
 
 from __future__ import annotations
 
+import pytest
+
 from kernelcheck import api
 from tests.conftest import FIXTURES, SPECS, run_one, run_small, with_candidate
 
@@ -59,4 +61,48 @@ def test_an_all_true_mask_must_give_the_bits_of_no_mask(catalog):
     res = run_small(cat, "bug", ["contract"], **kw)["contract"]
     assert res.status == "fail" and "all-true mask: output 'logp' differs" in res.message
     honest = run_small(catalog, "torch", ["contract"], **kw)["contract"]
+    assert honest.status == "pass", honest.message
+
+
+@pytest.mark.parametrize(
+    "bug,says",
+    [
+        ("training_path_checks_only_negative", "logp (with grad): target=256 (out of range)"),
+        ("rollout_path_checks_only_negative", "logp under inference_mode: target=256 (out"),
+    ],
+)
+def test_each_call_mode_must_give_the_out_of_range_value(catalog, bug, says):
+    """The training path (with grad) and the rollout's (``inference_mode``) may be
+    kernels of their own, each with its own range check: each is called on the planted
+    out-of-range targets."""
+    cat = with_candidate(catalog, "bug", f"broken_logp:{bug}")
+    res = run_one(cat, "logp", "bug", "contract", "fp32", {"batch": 8, "vocab": 256})
+    assert res.status == "fail" and says in res.message, res.message
+    honest = run_one(cat, "logp", "torch", "contract", "fp32", {"batch": 8, "vocab": 256})
+    assert honest.status == "pass", honest.message
+
+
+def test_a_training_path_that_ignores_the_mask_fails(catalog):
+    cat = with_candidate(catalog, "bug", "broken_logp:training_path_ignores_mask")
+    kw = dict(seeds=[0], attributes={"with_mask": True})
+    res = run_small(cat, "bug", ["contract"], **kw)["contract"]
+    assert res.status == "fail" and "logp (with grad): masked position" in res.message
+
+
+def test_the_drawn_trials_meet_a_training_path_that_reads_past_its_row(catalog):
+    """Not only the contract's probe: every check's trials hold targets >= vocab, so the
+    training call's outputs that backward_accuracy judges show the bug too."""
+    cat = with_candidate(catalog, "bug", "broken_logp:training_path_checks_only_negative")
+    res = run_one(cat, "logp", "bug", "backward_accuracy", "fp32", {"batch": 64, "vocab": 256})
+    assert res.status == "fail" and "output (with grad)" in res.message, res.message
+
+
+def test_a_cache_keyed_without_the_mask_switch_fails_where_the_case_has_no_mask(catalog):
+    """A case without a mask calls the kernel with one too (and the reverse), in its own
+    process: a build compiled without the mask must not serve a masked call."""
+    cat = with_candidate(catalog, "bug", "broken_logp:mask_presence_cached")
+    res = run_small(cat, "bug", ["contract"], seeds=[0])["contract"]
+    assert res.status == "fail", res.message
+    assert "with_mask=true after a call at with_mask=false: output 'logp'" in res.message
+    honest = run_small(catalog, "torch", ["contract"], seeds=[0])["contract"]
     assert honest.status == "pass", honest.message

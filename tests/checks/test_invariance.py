@@ -194,10 +194,21 @@ def test_a_misaligned_placement_has_nan_before_its_rows():
     from kernelcheck.checks.invariance import placed_rows
 
     pool = torch.arange(12, dtype=torch.float32).view(4, 3)
-    got = placed_rows(pool, [2, 0], (2,), "cpu", True)
-    assert torch.equal(got, pool[[2, 0]])
-    before = torch.as_strided(got, (1,), (1,), got.storage_offset() - 1)
-    assert bool(before.isnan().all())
+    for offset in (1, 2, 3):
+        got = placed_rows(pool, [2, 0], (2,), "cpu", offset)
+        assert torch.equal(got, pool[[2, 0]]) and got.storage_offset() == offset
+        before = torch.as_strided(got, (offset,), (1,), 0)
+        assert bool(before.isnan().all())
+
+
+def test_misaligned_batches_start_at_every_offset_within_64_bytes():
+    """A kernel may pick its vector width from a row's address (float4 at 16 bytes, float2
+    at 8): a one-element shift meets only the odd offsets."""
+    from kernelcheck.checks.invariance import misaligned_by
+
+    assert misaligned_by(0, 4) == 0
+    assert [misaligned_by(k, 4) for k in range(1, 17)] == [*range(1, 16), 1]
+    assert {misaligned_by(k, 2) for k in range(1, 32)} == set(range(1, 32))
 
 
 def test_a_path_for_few_live_rows_shows_in_the_own_batch_of_a_sparse_seed(catalog):

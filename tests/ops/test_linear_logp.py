@@ -35,6 +35,7 @@ def test_the_shipped_spec_passes_the_honest_candidate(catalog):
 PLANTED_BUGS = [
     ("token-chunked-lse", "forward_invariance", "differ in bits"),
     ("clamps-targets", "contract", "target=-100 did not raise"),
+    ("training-path-clamps-targets", "contract", "target=-100 did not raise with grad"),
     ("frozen-head-bf16-grad", "backward_accuracy", "gradient:hidden (weight frozen)"),
     ("weight-read-as-contiguous", "contract", "non-contiguous weight: output"),
     # logits past exp's range: the grid's stay within +-10
