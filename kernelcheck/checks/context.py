@@ -234,6 +234,21 @@ class CaseContext:
             result[name] = g.detach()
         return result
 
+    def accumulate_backward(
+        self, args: dict[str, torch.Tensor], outs: list[torch.Tensor], upstream: list
+    ) -> None:
+        """``torch.autograd.backward`` through ``outs``, as ``loss.backward()`` runs it in
+        a training loop: the gradients add into each leaf's ``.grad``."""
+        used = [i for i, u in enumerate(upstream) if u is not None]
+        try:
+            with self.clock.phase("candidate"), poisoned_allocations():
+                handed = [handed_copy(upstream[i], outs[i].device, outs[i].dtype) for i in used]
+                torch.autograd.backward([outs[i] for i in used], handed)
+        except CandidateFault:
+            raise
+        except Exception as exc:
+            raise candidate_fault(exc, "candidate backward raised") from None
+
     def _note_upstream_writes(self, upstream: list, handed: list, outs: list, index) -> None:
         """Record each upstream gradient the backward changed (bits of the tensor handed
         over against its source, both in the handed dtype); ``index``: their outputs."""

@@ -55,6 +55,13 @@ def _overflows(before: torch.Tensor, after: torch.Tensor) -> bool:
     return bool((torch.isfinite(before) & ~torch.isfinite(after)).any())
 
 
+def _lead_reversed_in_memory(v: torch.Tensor, nlead: int) -> torch.Tensor:
+    """``v``'s values and shape, its first ``nlead`` dims laid out in reversed order in
+    memory: dense, each row contiguous, the tensor not contiguous."""
+    order = [*reversed(range(nlead)), *range(nlead, v.dim())]  # its own inverse
+    return v.permute(order).contiguous().permute(order)
+
+
 def plant_out_of_range(ctx, inputs: dict) -> tuple[list[int], list[int]]:
     """Put the op's out-of-range index values into every other row of ``inputs`` (in place),
     or into consecutive rows where every other row is too few to hold each value once.
@@ -109,6 +116,7 @@ class Contract(Check):
             self._edited_inputs,
             self._edited_indices,
             self._calls_in_flight,
+            self._accumulated_grads,
             self._calls_from_threads,
             self._fp32_shared_inputs,
             self._narrow_shared_inputs,
@@ -382,15 +390,39 @@ class Contract(Check):
                     f"expected {want} {self.ctx.expected_dtype(i)}"
                 )
         if self.ctx.grad:
-            self.ctx.call_backward(self.ctx.to_device(inputs), self.ctx.upstream(trial.seed, lead))
+            _, grads = self.ctx.call_backward(
+                self.ctx.to_device(inputs), self.ctx.upstream(trial.seed, lead)
+            )
+            self._empty_gradients(inputs, grads)
         if len(self.problems) == before:
             self.passed.append("empty input")
+
+    def _empty_gradients(self, inputs: dict, grads: dict) -> None:
+        """Each gradient of an input of no rows has its input's shape, and a shared
+        input's (a weight's: a sum over no rows) is exactly zero: an MoE expert that got no
+        tokens still gets a gradient, and a kernel that only stores its partial sums
+        when it has rows leaves it unwritten."""
+        for name, g in grads.items():
+            g = g.detach().cpu()
+            if tuple(g.shape) != tuple(inputs[name].shape):
+                self.problems.append(
+                    f"empty input: gradient {name!r} shape {tuple(g.shape)} != its input's "
+                    f"{tuple(inputs[name].shape)}"
+                )
+            elif g.numel() and not bool((g == 0).all()):
+                k = int((g != 0).reshape(-1).nonzero()[0])
+                self.problems.append(
+                    f"empty input: gradient {name!r} is not zero (a sum over no rows): "
+                    f"{int((g != 0).sum())} of {g.numel()} elements, first at flat index {k}: "
+                    f"{g.reshape(-1)[k].item()!r}"
+                )
 
     def _strided(self, trial: Trial) -> None:
         """Non-contiguous inputs give the bits of their contiguous copies, forward and
         backward: rows padded (all row-wise inputs, then each alone), every other column,
-        every other row, and the shifted-token views of RL (``logits[:, :-1]`` with
-        ``ids[:, 1:]``), whose lead dims do not flatten into one stride: a kernel that
+        every other row, the shifted-token views of RL (``logits[:, :-1]`` with
+        ``ids[:, 1:]``), whose lead dims do not flatten into one stride, and lead dims
+        permuted in memory (dense, not contiguous: [s, b, h] seen as [b, s, h]): a kernel that
         addresses rows as ``row * stride(-2)``, or every operand by one operand's strides,
         reads other rows. Each view on its own: one that raises (a ``fail``, named) never
         hides the next."""
@@ -453,6 +485,15 @@ class Contract(Check):
             for k, v in longer.items()
         }
         yield "shifted-token view", shifted, (*lead[:-1], seq)
+        # Megatron's [s, b, h] activations seen as [b, s, h]: dense, rows contiguous, the
+        # lead dims in reversed memory order (a kernel that reads a dense input in memory
+        # order, without a copy, puts rows in other places)
+        lead = (*lead[:-1], seq)
+        drawn = self.ctx.to_device(self.ctx.draw(trial.seed, "normal", lead, "permuted"))
+        permuted = {
+            k: _lead_reversed_in_memory(v, nlead) if row_wise[k] else v for k, v in drawn.items()
+        }
+        yield "lead dims permuted in memory", permuted, lead
 
     def _shared_floats(self, head: dict) -> list[str]:
         """The shared float inputs of more than one element (a norm's weight, an lm_head,
@@ -1023,37 +1064,43 @@ class Contract(Check):
         self._edit_verdict(kind, how, edited, want)
 
     def _calls_in_flight(self, trial: Trial) -> None:
-        """Two calls of one shape in flight (forward A, forward B, backward A, backward B:
-        two micro-batches, DPO's chosen and rejected) and a second backward through A's
-        graph (retain_graph: a second loss over the same outputs): every gradient keeps
-        the bits of its call alone, and the gradient a caller holds stays as it was. A
-        backward reading a per-shape workspace that B's forward overwrote, or one that
-        scales a gradient kept from the forward in place and returns it, shows; a second
-        backward that raises is torch's loud refusal, not a finding."""
+        """Four calls of one shape in flight (four forwards, then the backwards in the
+        order 2, 4, 1, 3: pipeline micro-batches, DPO's chosen and rejected summed into
+        one loss, whose backward takes them in neither the forwards' order nor its
+        reverse) and a second backward through the first call's graph (retain_graph: a
+        second loss over the same outputs): every gradient keeps the bits of its call
+        alone, and the gradient a caller holds stays as it was. A backward reading a
+        per-shape workspace (or a ring of two or three) that a later forward overwrote, a
+        queue or a stack of saved statistics, or one that scales a gradient kept from the
+        forward in place and returns it, shows; a second backward that raises is torch's
+        loud refusal, not a finding."""
         if not self.ctx.grad:
             return
         ctx, op = self.ctx, self.ctx.op
         head, lead = self._head(trial)
-        # B: the same rows in reverse order, another batch of the very same shape
-        other = {k: v.flip(0) if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
         ups = ctx.upstream(trial.seed, lead)
-        ups_b = [u.flip(0) if u.dim() else u for u in ups]
-        _, want_a = ctx.call_backward(ctx.to_device(head), ups)
-        _, want_b = ctx.call_backward(ctx.to_device(other), ups_b)
-        args_a, outs_a = ctx.forward_with_grad(ctx.to_device(head), ups)
-        args_b, outs_b = ctx.forward_with_grad(ctx.to_device(other), ups_b)
-        got_a = ctx.backward_of(args_a, outs_a, ups, retain=True)
-        got_b = ctx.backward_of(args_b, outs_b, ups_b)
+        # the others: the same rows reordered, other batches of the very same shape
+        orders = [lambda t: t, lambda t: t.flip(0), lambda t: t.roll(1, 0), lambda t: t.roll(2, 0)]
+        batches = [
+            {k: f(v) if op.is_row_wise(op.input(k)) else v for k, v in head.items()} for f in orders
+        ]
+        upstreams = [[f(u) if u.dim() else u for u in ups] for f in orders]
+        want = [ctx.call_backward(ctx.to_device(b), u)[1] for b, u in zip(batches, upstreams)]
+        flight = [ctx.forward_with_grad(ctx.to_device(b), u) for b, u in zip(batches, upstreams)]
+        got = {}
+        for i in (1, 3, 0, 2):
+            got[i] = ctx.backward_of(*flight[i], upstreams[i], retain=i == 0)
         before = len(self.problems)
-        flight = "two calls in flight (forward, forward, backward, backward): the {} call's "
-        for which, got, want in (("first", got_a, want_a), ("second", got_b, want_b)):
-            problem = flight.format(which) + (
+        for i in sorted(got):
+            problem = (
+                f"four calls in flight (4 forwards, then backwards 2, 4, 1, 3): call {i + 1}'s "
                 "gradient {} differs from the one it gets alone (or the backward is not "
                 "deterministic: see determinism)"
             )
-            self._same_gradients(problem, got, want)
+            self._same_gradients(problem, got[i], want[i])
         if len(self.problems) > before:  # the rest compares with the same gradients
             return
+        (args_a, outs_a), got_a, want_a = flight[0], got[0], want[0]
         try:
             again = ctx.backward_of(args_a, outs_a, ups)
         except CandidateFault as exc:
@@ -1067,7 +1114,48 @@ class Contract(Check):
         )
         self._same_gradients(problem, got_a, want_a)
         if len(self.problems) == before:
-            self.passed.append("two calls in flight, a second backward == calls alone")
+            self.passed.append("four calls in flight, a second backward == calls alone")
+
+    def _accumulated_grads(self, trial: Trial) -> None:
+        """Two micro-batches through ``loss.backward()``, each grad input a leaf, the
+        shared ones (a norm's weight, an lm_head) one leaf for both, as a training loop
+        accumulates: each ``.grad`` must have the bits of the gradients of the calls
+        alone, added (a row-wise input's: its own call's). A kernel that also adds its
+        weight gradient into ``weight.grad`` itself (a fused accumulation) counts it twice;
+        one that reads ``.grad`` as its workspace adds the first micro-batch's in."""
+        ctx, op = self.ctx, self.ctx.op
+        if not ctx.grad:
+            return
+        head, lead = self._head(trial)
+        other = {k: v.flip(0) if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
+        ups = ctx.upstream(trial.seed, lead)
+        ups_b = [u.flip(0) if u.dim() else u for u in ups]
+        want = [ctx.call_backward(ctx.to_device(b), u)[1] for b, u in ((head, ups), (other, ups_b))]
+        dev = ctx.to_device(head)
+        shared = {
+            n: dev[n].detach().requires_grad_(True)
+            for n in op.grad_inputs
+            if not op.is_row_wise(op.input(n))
+        }
+        leaves = []
+        for batch, u in ((dev, ups), (ctx.to_device(other), ups_b)):
+            args, outs = ctx.forward_with_grad({**batch, **shared}, u)
+            ctx.accumulate_backward(args, outs, u)
+            leaves.append(args)
+        before = len(self.problems)
+        got = {n: (shared[n] if n in shared else leaves[0][n]).grad for n in op.grad_inputs}
+        expect = {n: want[0][n] + want[1][n] if n in shared else want[0][n] for n in op.grad_inputs}
+        for n, g in got.items():
+            if g is None:
+                self.problems.append(f"accumulated into .grad: {n!r} got no .grad")
+                return
+        problem = (
+            "two micro-batches accumulated into .grad (loss.backward()): {} differs from the "
+            "sum of their gradients alone"
+        )
+        self._same_gradients(problem, got, expect)
+        if len(self.problems) == before:
+            self.passed.append("two micro-batches accumulated into .grad == their sum")
 
     def _calls_from_threads(self, trial: Trial) -> None:
         """Two threads calling at once (:mod:`~kernelcheck.checks.concurrent_calls`) on two

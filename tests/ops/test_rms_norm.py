@@ -71,6 +71,14 @@ PLANTED_BUGS = [
         "tile-count-floored", "shape_sweep", "fp32", "at hidden=2304", marks=pytest.mark.slow
     ),
     ("output-truncated-to-bf16", "forward_precision", "bf16", "rounded toward zero"),
+    # a third micro-batch in flight overwrites the first's rstd
+    ("ring-of-two-workspaces", "contract", "fp32", "four calls in flight"),
+    # [s, b, h] activations seen as [b, s, h]: dense, not contiguous
+    ("dense-memory-order", "contract", "fp32", "lead dims permuted"),
+    # .backward() over two micro-batches, as a training loop accumulates
+    ("weight-grad-accumulated-twice", "contract", "fp32", "accumulated into .grad"),
+    # an MoE expert that got no tokens
+    ("empty-rows-weight-grad-unwritten", "contract", "fp32", "empty input: gradient"),
 ]
 
 
