@@ -86,6 +86,34 @@ class CaseContext:
         a row costs, which bounds how many rows the big batches can afford."""
         return max(1, math.prod(n for d, n in self.sizes.items() if d not in self.op.lead))
 
+    def row_bytes(self, itemsize: int) -> int:
+        """Bytes of one lead row of the row-wise inputs, their floats at ``itemsize``."""
+        per_row = 0
+        for spec in self.op.inputs:
+            if self.op.is_row_wise(spec):
+                inner = [self.sizes[d] for d in spec.shape[len(self.op.lead) :] if d in self.sizes]
+                per_row += itemsize * math.prod(inner)
+        return max(1, per_row)
+
+    def is_big_batch_case(self) -> bool:
+        """Whether this case takes the checks' batches far past the grid's (invariance's
+        80M elements whatever its row length; determinism's training batch past 16,384
+        rows): it sets as many attributes off the grid as the attribute sweeps combine
+        (two, or the one an op sweeps), each at its first sweep value, so each swept
+        attribute meets a kernel's large-batch path (a temperature forgotten past 2^25
+        logits) once, and a repro pinning them does too. An op that sweeps no attribute
+        takes it in its first dtype's case of its first grid shape (swiglu's 64 x 1,000
+        grid rows would never pass 2^24 elements, where a kernel may take a flat threaded
+        path)."""
+        op, case = self.op, self.case
+        if not op.attribute_sweeps:  # no sweep case to take it: the first grid case does
+            firsts = [g[0] for g in (op.grid.dtypes, op.grid.shapes) if g]
+            return firsts == [case.dtype, case.sizes]
+        attrs = case.attributes
+        off = op.off_grid(attrs)
+        firsts = all(op.attribute_sweeps.get(n, (None,))[0] == attrs[n] for n in off)
+        return bool(off) and firsts and len(off) >= min(2, len(op.attribute_sweeps))
+
     @property
     def shared_grad_inputs(self) -> list[str]:
         """The grad inputs that are not row-wise (a norm's weight, an lm_head): their

@@ -209,14 +209,7 @@ class _Invariance(Check):
         raise NotImplementedError
 
     def _row_bytes(self, itemsize: int) -> int:
-        """Bytes of one lead row of the row-wise inputs, their floats at ``itemsize``."""
-        ctx, op = self.ctx, self.ctx.op
-        per_row = 0
-        for spec in op.inputs:
-            if op.is_row_wise(spec):
-                inner = [ctx.sizes[d] for d in spec.shape[len(op.lead) :] if d in ctx.sizes]
-                per_row += itemsize * math.prod(inner)
-        return max(1, per_row)
+        return self.ctx.row_bytes(itemsize)
 
     def pool_rows(self) -> int:
         """R: the ``rows`` parameter (at least the largest batch size), within POOL_BYTES."""
@@ -242,21 +235,9 @@ class _Invariance(Check):
         return max(rows, min(want, POOL_BYTES // self._row_bytes(itemsize)))
 
     def sweeps_big(self) -> bool:
-        """Whether this case's one batch reaches ``big_elements`` whatever its row length:
-        it sets as many attributes off the grid as the attribute sweeps combine (two, or
-        the one an op sweeps), each at its first sweep value, so each swept attribute
-        meets a kernel's large-batch path (a temperature forgotten past 2^25 logits)
-        once, and a repro pinning them does too. An op that sweeps no attribute takes it
-        in its first dtype's case of its first grid shape (swiglu's 64 x 1,000 grid rows
-        would never pass 2^24 elements, where a kernel may take a flat threaded path)."""
-        op, attrs = self.ctx.op, self.ctx.case.attributes
-        if not op.attribute_sweeps:  # no sweep case to take it: the first grid case does
-            case = self.ctx.case
-            firsts = [g[0] for g in (op.grid.dtypes, op.grid.shapes) if g]
-            return firsts == [case.dtype, case.sizes]
-        off = op.off_grid(attrs)
-        firsts = all(op.attribute_sweeps.get(n, (None,))[0] == attrs[n] for n in off)
-        return bool(off) and firsts and len(off) >= min(2, len(op.attribute_sweeps))
+        """Whether this case's one batch reaches ``big_elements`` whatever its row length
+        (:meth:`~kernelcheck.checks.context.CaseContext.is_big_batch_case`)."""
+        return self.ctx.is_big_batch_case()
 
     def trials_wanted(self, trials: list[Trial]) -> list[Trial]:
         """Every trial: its own batch is compared at every seed (a sparse seed's batch of
@@ -415,7 +396,7 @@ class _Invariance(Check):
             self.first_trial = trial
             self.first_dist = row_distribution(trial.distribution, (names or index)[pos])
             shape = f" as lead {lead}" if lead is not None and len(lead) > 1 else ""
-            shape += f" ({placed})" if placed else ""
+            shape += f", {placed}" if placed else ""
             name = (names or index)[pos]
             self.first = (
                 f"{label}, position {pos} of {len(index)}{shape} ({which} {name}): "
