@@ -128,3 +128,16 @@ def test_the_fp32_reference_meets_the_contract_at_a_real_hidden_size(catalog, di
     want = linear_logp.gold(x["hidden"].double(), x["weight"].double(), x["target"])
     err = float((linear_logp.reference_fp32(**x).double() - want).abs().max())
     assert err <= op.tolerance("forward_accuracy", "fp32").atol, err
+
+
+def test_a_gemm_k_tail_dropped_fails_at_the_grids_hidden_576(catalog):
+    """The grid's second shape (16 x 576 x 4096) leaves 64 of a 128-wide K tile past the
+    vocab where a kernel takes its GEMM path: the shape sweep's hidden tails run at a
+    vocab of 16 and less, the other grid shapes' hidden sizes are multiples of 128."""
+    planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
+    grid = catalog.op("linear_logp").grid.shapes
+    shape = next(s for s in grid if s["hidden"] % 128 and s["vocab"] >= 2048)
+    bad = run_one(planted, "linear_logp", "gemm-k-tail-dropped", "forward_accuracy", "fp32", shape)
+    assert bad.status == "fail", bad.message
+    honest = run_one(planted, "linear_logp", "torch", "forward_accuracy", "fp32", shape)
+    assert honest.status == "pass", honest.message
