@@ -151,11 +151,11 @@ def test_isolation_is_the_default_for_every_candidate(catalog):
 @pytest.mark.slow
 def test_abort_in_a_contract_probe_is_a_crash_of_that_probe_only(catalog):
     """Default isolation: the abort kills a worker, never this process; the crash is
-    reported on contract's out-of-range probe; the other checks run in a fresh worker."""
-    cat = with_candidate(catalog, "faulty", "faulty_logp:aborts_on_out_of_range")
+    reported on contract's empty-input probe; the other checks run in a fresh worker."""
+    cat = with_candidate(catalog, "faulty", "faulty_logp:aborts_on_empty_input")
     res = run_small(cat, "faulty", PINNED_CHECKS, seeds=[0], isolate=None)
     assert res["contract"].status == "crash"
-    assert "SIGABRT" in res["contract"].message and "out_of_range" in res["contract"].message
+    assert "SIGABRT" in res["contract"].message and "step: empty" in res["contract"].message
     others = {k: (r.status, r.message) for k, r in res.items() if k != "contract"}
     assert all(status == "pass" for status, _ in others.values()), others
 
