@@ -61,9 +61,9 @@ class CaseContext:
     # ``changes``: the contract calls them in this process, as a model's layers would
     other_attribute_values: dict[str, tuple] = field(default_factory=dict)
     rebound: Callable[[dict], tuple[Callable, Callable]] | None = None
-    # each switch attribute whose input the candidate takes, at its other value: the op
-    # as a case at that value sees it (logp with a mask, where the case has none)
-    switched_ops: dict[str, OpSpec] = field(default_factory=dict)
+    # each switch attribute whose input the candidate takes -> (its other value, the op
+    # as a case at that value sees it): logp with a mask, where the case has none
+    switched_ops: dict[str, tuple[bool, OpSpec]] = field(default_factory=dict)
     gradient_scale_fn: Callable | None = None  # backward_precision's yardstick, if not |gold|
     # trials of every candidate (by default none: not shared)
     shared: SharedTrials = field(default_factory=lambda: SharedTrials(None))
@@ -105,14 +105,21 @@ class CaseContext:
         takes it in its first dtype's case of its first grid shape (swiglu's 64 x 1,000
         grid rows would never pass 2^24 elements, where a kernel may take a flat threaded
         path)."""
-        op, case = self.op, self.case
+        op = self.op
         if not op.attribute_sweeps:  # no sweep case to take it: the first grid case does
-            firsts = [g[0] for g in (op.grid.dtypes, op.grid.shapes) if g]
-            return firsts == [case.dtype, case.sizes]
-        attrs = case.attributes
+            return self.at_first_grid_case()
+        attrs = self.case.attributes
         off = op.off_grid(attrs)
         firsts = all(op.attribute_sweeps.get(n, (None,))[0] == attrs[n] for n in off)
         return bool(off) and firsts and len(off) >= min(2, len(op.attribute_sweeps))
+
+    def at_first_grid_case(self) -> bool:
+        """Whether the case is at the grid's first dtype and first shape (its attributes
+        aside): where a check does once per op what it cannot afford in every case."""
+        grid = self.op.grid
+        return (not grid.dtypes or self.case.dtype == grid.dtypes[0]) and (
+            not grid.shapes or self.case.sizes == grid.shapes[0]
+        )
 
     @property
     def shared_grad_inputs(self) -> list[str]:

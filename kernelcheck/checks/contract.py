@@ -17,7 +17,6 @@ from dataclasses import replace
 import torch
 
 from kernelcheck import dtypes, gold
-from kernelcheck.cases.inputs import make_inputs
 from kernelcheck.checks import concurrent_calls
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import ErrorStats, bits, first_bit_difference
@@ -244,7 +243,6 @@ class Contract(Check):
                     f"{got[k].item()!r}, expected exactly {rule.output!r}: "
                     + first_bit_difference(got[k : k + 1].float(), want.view(1))
                 )
-                return
 
     def _nonzero_gradients(self, trial, inputs, lead, rows, only=None, source=None):
         """(outputs, names): a backward call's outputs on ``inputs`` and its row-wise
@@ -822,25 +820,21 @@ class Contract(Check):
         if not ctx.switched_ops:
             return
         head, lead = self._head(trial)
-        at = ", ".join(
-            f"{k.partition('=')[0]}={'false' if k.endswith('=true') else 'true'}"
-            for k in ctx.switched_ops
-        )
+        switched = {n: f"{n}={str(v).lower()}" for n, (v, _) in ctx.switched_ops.items()}
+        at = ", ".join(f"{n}={str(not v).lower()}" for n, (v, _) in ctx.switched_ops.items())
 
         def calls_switched() -> list[str]:
-            for key, other in ctx.switched_ops.items():
-                drawn = make_inputs(
-                    other, ctx.sizes, ctx.case.dtype, trial.seed, trial.distribution, lead=lead
-                )
+            for name, (_, other) in ctx.switched_ops.items():
+                at_other = replace(ctx, op=other)  # the switched input drawn as a case draws it
+                drawn = at_other.draw(trial.seed, trial.distribution, lead=lead)
                 inputs = {i.name: head.get(i.name, drawn[i.name]) for i in other.inputs}
                 outs = ctx.call(ctx.to_device(inputs))
                 want = gold.forward(other, ctx.gold_fn, inputs, lead)
                 for o, g, w in zip(other.outputs, outs, want):
+                    what = f"{switched[name]} after a call at {at}: output {o.name!r}"
                     tol = ctx.tolerance("forward_accuracy", o.name)
-                    self._close(
-                        f"{key} after a call at {at}: output {o.name!r}", "the gold's", tol, g, w
-                    )
-            return list(ctx.switched_ops)
+                    self._close(what, "the gold's", tol, g, w)
+            return list(switched.values())
 
         self._same_bits_around(head, at, calls_switched)
 
@@ -1076,15 +1070,8 @@ class Contract(Check):
         loud refusal, not a finding."""
         if not self.ctx.grad:
             return
-        ctx, op = self.ctx, self.ctx.op
-        head, lead = self._head(trial)
-        ups = ctx.upstream(trial.seed, lead)
-        # the others: the same rows reordered, other batches of the very same shape
-        orders = [lambda t: t, lambda t: t.flip(0), lambda t: t.roll(1, 0), lambda t: t.roll(2, 0)]
-        batches = [
-            {k: f(v) if op.is_row_wise(op.input(k)) else v for k, v in head.items()} for f in orders
-        ]
-        upstreams = [[f(u) if u.dim() else u for u in ups] for f in orders]
+        ctx = self.ctx
+        batches, upstreams = self._reordered(trial, 4)
         want = [ctx.call_backward(ctx.to_device(b), u)[1] for b, u in zip(batches, upstreams)]
         flight = [ctx.forward_with_grad(ctx.to_device(b), u) for b, u in zip(batches, upstreams)]
         got = {}
@@ -1102,7 +1089,7 @@ class Contract(Check):
             return
         (args_a, outs_a), got_a, want_a = flight[0], got[0], want[0]
         try:
-            again = ctx.backward_of(args_a, outs_a, ups)
+            again = ctx.backward_of(args_a, outs_a, upstreams[0])
         except CandidateFault as exc:
             if exc.out_of_memory:
                 raise
@@ -1116,6 +1103,20 @@ class Contract(Check):
         if len(self.problems) == before:
             self.passed.append("four calls in flight, a second backward == calls alone")
 
+    def _reordered(self, trial: Trial, n: int) -> tuple[list[dict], list[list]]:
+        """The trial's first rows and upstream gradients, then ``n - 1`` more batches of the
+        very same shape: those rows reversed, rolled by one, by two (other values in each
+        row's place, so a gradient read from another call's state shows)."""
+        op = self.ctx.op
+        head, lead = self._head(trial)
+        ups = self.ctx.upstream(trial.seed, lead)
+        orders = [lambda t: t, lambda t: t.flip(0), lambda t: t.roll(1, 0), lambda t: t.roll(2, 0)]
+        batches = [
+            {k: f(v) if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
+            for f in orders[:n]
+        ]
+        return batches, [[f(u) if u.dim() else u for u in ups] for f in orders[:n]]
+
     def _accumulated_grads(self, trial: Trial) -> None:
         """Two micro-batches through ``loss.backward()``, each grad input a leaf, the
         shared ones (a norm's weight, an lm_head) one leaf for both, as a training loop
@@ -1126,19 +1127,16 @@ class Contract(Check):
         ctx, op = self.ctx, self.ctx.op
         if not ctx.grad:
             return
-        head, lead = self._head(trial)
-        other = {k: v.flip(0) if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
-        ups = ctx.upstream(trial.seed, lead)
-        ups_b = [u.flip(0) if u.dim() else u for u in ups]
-        want = [ctx.call_backward(ctx.to_device(b), u)[1] for b, u in ((head, ups), (other, ups_b))]
-        dev = ctx.to_device(head)
+        batches, upstreams = self._reordered(trial, 2)
+        want = [ctx.call_backward(ctx.to_device(b), u)[1] for b, u in zip(batches, upstreams)]
+        dev = ctx.to_device(batches[0])
         shared = {
             n: dev[n].detach().requires_grad_(True)
             for n in op.grad_inputs
             if not op.is_row_wise(op.input(n))
         }
         leaves = []
-        for batch, u in ((dev, ups), (ctx.to_device(other), ups_b)):
+        for batch, u in zip((dev, ctx.to_device(batches[1])), upstreams):
             args, outs = ctx.forward_with_grad({**batch, **shared}, u)
             ctx.accumulate_backward(args, outs, u)
             leaves.append(args)

@@ -43,10 +43,9 @@ class Determinism(Check):
         "big_rows": 4096,
         "big_work": 1 << 28,
         # in one case per op (CaseContext.is_big_batch_case, at the grid's first dtype and
-        # shape):
-        # rows up to this many, up to huge_work products of a row's dims and huge_bytes of
-        # row-wise inputs: a kernel may add its weight-gradient partials in finish order
-        # (atomics) only past a threshold of several thousand rows
+        # shape): rows up to this many, up to huge_work products of a row's dims and
+        # huge_bytes of row-wise inputs: a kernel may add its weight-gradient partials in
+        # finish order (atomics) only past a threshold of several thousand rows
         "huge_rows": 32768,
         "huge_work": 1 << 29,
         "huge_bytes": 1 << 27,
@@ -142,7 +141,7 @@ class Determinism(Check):
         finish once the rows are many (atomics past 1,024 rows), never at the grid's."""
         ctx = self.ctx
         rows = ctx.training_rows(int(self.params["big_rows"]), int(self.params["big_work"]))
-        if self._huge():
+        if ctx.at_first_grid_case() and ctx.is_big_batch_case():  # one case per op
             itemsize = dtypes.torch_dtype(ctx.case.dtype).itemsize
             fit = int(self.params["huge_bytes"]) // ctx.row_bytes(itemsize)
             huge = min(int(self.params["huge_rows"]), fit)
@@ -166,14 +165,6 @@ class Determinism(Check):
                     if self.first is None:
                         at = f"at {rows} rows, {self.params['threads']} threads"
                         self.first = (trial, f"run {r + 1} ({at}) {detail} vs run 1")
-
-    def _huge(self) -> bool:
-        """Whether this case's training batch goes past ``big_rows`` (to ``huge_rows``):
-        the op's big-batch case at the grid's first dtype and shape (one per op)."""
-        ctx, grid = self.ctx, self.ctx.op.grid
-        firsts = [g[0] for g in (grid.dtypes, grid.shapes) if g]
-        here = [ctx.case.dtype, ctx.case.sizes][: len(firsts)]
-        return firsts == here and ctx.is_big_batch_case()
 
     def _compare(self, reference: list, results: list) -> str:
         """The first difference of one repeat from run 1 ('' when none)."""

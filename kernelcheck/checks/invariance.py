@@ -208,36 +208,28 @@ class _Invariance(Check):
         """The trial's own row-wise results, ``[rows, ...]`` (shared with accuracy)."""
         raise NotImplementedError
 
-    def _row_bytes(self, itemsize: int) -> int:
-        return self.ctx.row_bytes(itemsize)
-
     def pool_rows(self) -> int:
         """R: the ``rows`` parameter (at least the largest batch size), within POOL_BYTES."""
         sizes = [int(n) for n in self.params["batch_sizes"]]
         want = max([int(self.params["rows"]), *sizes])
-        return max(1, min(want, POOL_BYTES // self._row_bytes(8)))
+        return max(1, min(want, POOL_BYTES // self.ctx.row_bytes(8)))
 
     def big_rows(self, rows: int) -> int:
         """The one batch's rows: ``big_rows`` (16,384), fewer at long rows, as many as hold
         ``big_elements`` (80M: 320 MiB of fp32, past the 256 MiB where kernels commonly
-        switch strategy), within POOL_BYTES of inputs; never fewer than the R rows. An
-        attribute sweep's widest set (:meth:`sweeps_big`) takes ``big_elements`` at short
-        rows too: the grid's long-row shapes reach it at the grid's attributes only. At
+        switch strategy), within POOL_BYTES of inputs; never fewer than the R rows. The
+        op's big-batch case (``CaseContext.is_big_batch_case``) takes ``big_elements`` at
+        short rows too: the grid's long-row shapes reach it at the grid's attributes only. At
         most ``big_work`` (2^31) products of the non-lead dims: linear_logp's 16,384
         tokens at hidden 1,024 and vocab 1,000 would be 17 G multiply-adds, 2,048 are 2 G."""
         itemsize = dtypes.torch_dtype(self.ctx.case.dtype).itemsize
         elements = int(self.params["big_elements"])
         work = self.ctx.row_work
-        want = min(int(self.params["big_rows"]), -(-elements // self._row_bytes(1)))
-        if self.sweeps_big():  # by the work per row (linear_logp's hidden x vocab)
+        want = min(int(self.params["big_rows"]), -(-elements // self.ctx.row_bytes(1)))
+        if self.ctx.is_big_batch_case():  # by the work per row (linear_logp's hidden x vocab)
             want = max(want, elements // work)
         want = min(want, int(self.params["big_work"]) // work)
-        return max(rows, min(want, POOL_BYTES // self._row_bytes(itemsize)))
-
-    def sweeps_big(self) -> bool:
-        """Whether this case's one batch reaches ``big_elements`` whatever its row length
-        (:meth:`~kernelcheck.checks.context.CaseContext.is_big_batch_case`)."""
-        return self.ctx.is_big_batch_case()
+        return max(rows, min(want, POOL_BYTES // self.ctx.row_bytes(itemsize)))
 
     def trials_wanted(self, trials: list[Trial]) -> list[Trial]:
         """Every trial: its own batch is compared at every seed (a sparse seed's batch of

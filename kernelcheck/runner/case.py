@@ -134,10 +134,10 @@ def other_attribute_values(op: OpSpec, attrs: dict, taken: set[str]) -> dict[str
     return found
 
 
-def _switched_ops(op: OpSpec, case: Case, fn) -> dict[str, OpSpec]:
-    """``"with_mask=true"`` -> the op as a case at that switch value sees it, for each
-    switch at its other value whose inputs ``fn`` takes (the case's other attributes
-    kept): a kernel cache keyed without the switch serves one setting's build to both."""
+def _switched_ops(op: OpSpec, case: Case, fn) -> dict[str, tuple[bool, OpSpec]]:
+    """Each switch whose inputs ``fn`` takes -> (its other value, the op as a case at that
+    value sees it, the case's other attributes kept): a kernel cache keyed without the
+    switch serves one setting's build to both."""
     found = {}
     for name in sorted(op.switches):
         inputs = [i.name for i in op.inputs if i.when == name]
@@ -145,7 +145,7 @@ def _switched_ops(op: OpSpec, case: Case, fn) -> dict[str, OpSpec]:
             continue
         value = not case.attributes.get(name, op.attributes[name][0])
         flipped = op.for_attributes({**case.attributes, name: value})
-        found[f"{name}={str(value).lower()}"] = flipped.for_candidate(case.candidate)
+        found[name] = (value, flipped.for_candidate(case.candidate))
     return found
 
 
