@@ -67,6 +67,10 @@ class CaseContext:
     gradient_scale_fn: Callable | None = None  # backward_precision's yardstick, if not |gold|
     # trials of every candidate (by default none: not shared)
     shared: SharedTrials = field(default_factory=lambda: SharedTrials(None))
+    # ``in_pristine_process(program, *args)``: ``program(ctx, *args)`` run in a process
+    # where the candidate was never called (runner/pristine.py), with this case's
+    # context built afresh there; its result comes back (None: no such process here)
+    in_pristine_process: Callable | None = None
     # backward calls of this case that wrote the upstream gradient handed to them (a
     # model may read that tensor again: PyTorch forbids it); ``integrity`` reports them
     upstream_writes: list[str] = field(default_factory=list)

@@ -15,10 +15,13 @@ a Qwen3-sized gradient: the trial's own gradient is freed before the repeats run
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from kernelcheck import dtypes
 from kernelcheck.checks.check import Check
+from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.metrics import bits, first_bit_difference, row_digests
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.checks.rows import fmt_index
@@ -26,6 +29,7 @@ from kernelcheck.checks.threads import torch_threads
 from kernelcheck.checks.trial import Trial
 
 WITH_GRAD = "output (with grad)"  # the backward's own forward call: a training path
+FIRST_BATCH = 64  # a pristine process's first call when the case has a single row
 
 
 class Determinism(Check):
@@ -49,6 +53,9 @@ class Determinism(Check):
         "huge_rows": 32768,
         "huge_work": 1 << 29,
         "huge_bytes": 1 << 27,
+        # one more run in a pristine process whose first call had another row count
+        # (runner/pristine.py; 0: none)
+        "pristine": 1,
     }
     summary = (
         "repeated runs (forward, and backward with its call's outputs when on) are bit-identical"
@@ -96,22 +103,44 @@ class Determinism(Check):
         if int(self.params["odd_threads"]):
             runs.append((len(runs) + 1, int(self.params["odd_threads"])))
         for r, n in runs:
-            self.runs += 1
             if n is None:
                 results = self._repeat(trial)
             else:
                 with torch_threads(n):
                     results = self._repeat(trial)
-            detail = self._compare(reference, results)  # freed before the next
-            if detail:
-                self.differ += 1
-                if self.first is None:
-                    at = "" if n is None else f" (at {n} threads)"
-                    self.first = (trial, f"run {r + 1}{at} {detail} vs run 1")
+            at = "" if n is None else f" (at {n} threads)"
+            self._judge(trial, reference, results, f"run {r + 1}{at}")  # freed before the next
+        self._pristine_process(trial, reference)
         self._other_modes(trial, reference)
         if not self.batch_done:
             self.batch_done = True
             self._training_batch(trial)
+
+    def _pristine_process(self, trial: Trial, reference: list) -> None:
+        """The same calls in a process whose first call was another row count's (one row
+        where the trial has more, else a batch): a choice fixed at a process's first call
+        (an autotuner keyed on the vocab, a plan cached at the first batch size) gives a
+        rollout worker that began with one sequence other bits than the trainer."""
+        ctx = self.ctx
+        if not int(self.params["pristine"]) or ctx.in_pristine_process is None:
+            return
+        first = first_call_lead(ctx.lead)
+        ctx.progress(self.name, f"in a pristine process, first call at lead {first}")
+        results = ctx.in_pristine_process(
+            first_call_then_repeat, trial.seed, trial.distribution, first
+        )
+        where = f"the run in a pristine process whose first call had lead shape {first}:"
+        self._judge(trial, reference, results, where)
+
+    def _judge(self, trial: Trial, reference: list, results: list, run: str) -> None:
+        """Count one more run compared with run 1; keep the first that differs (``run``
+        names it)."""
+        self.runs += 1
+        detail = self._compare(reference, results)
+        if detail:
+            self.differ += 1
+            if self.first is None:
+                self.first = (trial, f"{run} {detail} vs run 1")
 
     def _other_modes(self, trial: Trial, reference: list) -> None:
         """The same call under ``torch.inference_mode`` and, when on, the with-grad call's
@@ -158,13 +187,8 @@ class Determinism(Check):
                 if not reference:
                     reference = results
                     continue
-                self.runs += 1
-                detail = self._compare(reference, results)
-                if detail:
-                    self.differ += 1
-                    if self.first is None:
-                        at = f"at {rows} rows, {self.params['threads']} threads"
-                        self.first = (trial, f"run {r + 1} ({at}) {detail} vs run 1")
+                at = f"at {rows} rows, {self.params['threads']} threads"
+                self._judge(trial, reference, results, f"run {r + 1} ({at})")
 
     def _compare(self, reference: list, results: list) -> str:
         """The first difference of one repeat from run 1 ('' when none)."""
@@ -206,3 +230,23 @@ class Determinism(Check):
             )
             return Outcome("fail", msg, metrics, tol, t.seed, t.distribution)
         return Outcome("pass", "", metrics, tol)
+
+
+def first_call_lead(lead: tuple[int, ...]) -> tuple[int, ...]:
+    """The lead shape of a pristine process's first call: one row where the case has more,
+    else ``FIRST_BATCH`` rows; a lead-less op's own (only the inputs differ)."""
+    if not lead:
+        return ()
+    if math.prod(lead) > 1:
+        return (1,) * len(lead)
+    return (FIRST_BATCH,) + (1,) * (len(lead) - 1)
+
+
+def first_call_then_repeat(ctx: CaseContext, seed: int, dist: str, lead: tuple[int, ...]):
+    """Run in a pristine process: the candidate's first calls on a draw at ``lead``
+    (forward, then backward when on), then the trial's calls as a repeat makes them."""
+    first = ctx.draw(seed, dist, lead=lead, salt="first call")
+    ctx.call(ctx.to_device(first))
+    if ctx.grad:
+        ctx.call_backward(ctx.to_device(first), ctx.upstream(seed, lead, salt="first call"))
+    return Determinism(ctx)._repeat(Trial(ctx, seed, dist))

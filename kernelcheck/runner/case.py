@@ -12,7 +12,8 @@ import functools
 import inspect
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernelcheck import candidates
@@ -25,6 +26,8 @@ from kernelcheck.checks.context import no_progress
 from kernelcheck.checks.threads import torch_threads
 from kernelcheck.fresh_memory import poisoned_allocations
 from kernelcheck.results import CheckResult
+from kernelcheck.runner.poison import poison_cached_device_memory
+from kernelcheck.runner.pristine import PristineProcesses, spawned
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.imports import ImportPathError, resolve
 from kernelcheck.spec.model import OpSpec
@@ -169,26 +172,30 @@ def run_case(
     options: RunOptions,
     progress=no_progress,
     clock: PhaseClock | None = None,
+    pristine: PristineProcesses | None = None,
 ) -> Iterator[CheckResult]:
     """Yield one result per check of ``case``; ``progress(check, probe)`` hears each step,
-    ``clock`` collects the phase times. At ``case.threads`` CPU threads, if set."""
-    if case.threads is None:
-        yield from _run_case(op, case, options, progress, clock)
-        return
-    with torch_threads(case.threads):
-        yield from _run_case(op, case, options, progress, clock)
+    ``clock`` collects the phase times; ``pristine``: where checks make a process's first
+    call (None: a zygote interpreter started on first use). At ``case.threads`` CPU
+    threads, if set."""
+    with torch_threads(case.threads) if case.threads is not None else nullcontext():
+        yield from _run_case(op, case, options, progress, clock or PhaseClock(), pristine)
 
 
-def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
-    clock = clock or PhaseClock()
+@dataclass
+class Prepared:
+    """A case ready to run: its context and candidate, or why no check can run."""
+
+    ctx: CaseContext | None
+    fn: object = None
+    implementation: str = ""
+    refusal: Outcome | None = None  # every check's outcome when the case cannot run
+
+
+def prepare_case(op: OpSpec, case: Case, options: RunOptions, progress, clock) -> Prepared:
+    """Load the candidate and build the checks' :class:`CaseContext` (without a way to
+    pristine processes: :func:`run_case` adds it)."""
     cand = op.candidates[case.candidate]
-    implementation, fn = "", None
-
-    def result(check: str, outcome: Outcome, seconds: float = 0.0) -> CheckResult:
-        # a wrapper may record what actually ran (a replaced kernel entry, say)
-        impl = getattr(fn, "last_implementation", None) or implementation
-        return make_result(case, check, outcome, options, seconds, impl)
-
     progress(None, "loading the candidate")
     try:
         with poisoned_allocations():  # what its import allocates reads NaN too
@@ -198,26 +205,25 @@ def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
         gold_backward_fn = resolve(op.gold_backward, op.base_dir) if op.gold_backward else None
         scale_fn = resolve(op.gradient_scale, op.base_dir) if op.gradient_scale else None
     except ImportPathError as exc:
-        for name in case.checks:
-            yield result(name, Outcome("error", f"cannot load: {exc}"))
-        return
-    implementation, fn = loaded.implementation, loaded.fn
+        return Prepared(None, refusal=Outcome("error", f"cannot load: {exc}"))
     # the op's attributes (eps, temperature) are keyword arguments of every callable;
     # a switch attribute (``when``) instead adds an input, which the candidate must take
     attrs = {k: v for k, v in case.attributes.items() if k not in op.switches}
-    switchable, switched_ops = {i.name for i in op.inputs if i.when}, _switched_ops(op, case, fn)
+    switchable, switched_ops = (
+        {i.name for i in op.inputs if i.when},
+        _switched_ops(op, case, loaded.fn),
+    )
     op = op.for_attributes(case.attributes).for_candidate(cand.name)
     switched = [i.name for i in op.inputs if i.name in switchable]
-    if cannot := unhonoured(fn, op, attrs) + sorted(set(switched) - takes(fn, switched)):
+    if cannot := unhonoured(loaded.fn, op, attrs) + sorted(
+        set(switched) - takes(loaded.fn, switched)
+    ):
         why = f"candidate {cand.name} does not take {', '.join(cannot)} (no such parameter)"
-        for name in case.checks:
-            yield result(name, Outcome("skip", why))
-        return
+        return Prepared(None, loaded.fn, loaded.implementation, Outcome("skip", why))
     rebound = _rebinder(loaded.fn, gold_fn, attrs)
     gold_fn, reference_fn, gold_backward_fn, scale_fn = (
         with_attributes(f, attrs) for f in (gold_fn, reference_fn, gold_backward_fn, scale_fn)
     )
-
     grad, grad_reason = _grad_switch(op, cand, options)
     ctx = CaseContext(
         op=op,
@@ -237,9 +243,42 @@ def _run_case(op, case, options, progress, clock) -> Iterator[CheckResult]:
         rebound=rebound,
         switched_ops=switched_ops,
     )
+    return Prepared(ctx, loaded.fn, loaded.implementation)
+
+
+def run_prepared(op: OpSpec, case: Case, options: RunOptions, program, *args):
+    """``program(ctx, *args)`` on the case prepared afresh, in a pristine process: its
+    inputs drawn here (never shared with the case process's store)."""
+    with torch_threads(case.threads) if case.threads is not None else nullcontext():
+        poison_cached_device_memory(case.device)  # CUDA: the cache's free blocks read NaN
+        unshared = replace(options, shared_dir=None)
+        prepared = prepare_case(op, case, unshared, no_progress, PhaseClock())
+        if prepared.ctx is None:
+            raise RuntimeError(f"the case did not prepare again: {prepared.refusal.message}")
+        return program(prepared.ctx, *args)
+
+
+def _run_case(op, case, options, progress, clock, pristine) -> Iterator[CheckResult]:
+    prepared = prepare_case(op, case, options, progress, clock)
+
+    def result(check: str, outcome: Outcome, seconds: float = 0.0) -> CheckResult:
+        # a wrapper may record what actually ran (a replaced kernel entry, say)
+        impl = getattr(prepared.fn, "last_implementation", None) or prepared.implementation
+        return make_result(case, check, outcome, options, seconds, impl)
+
+    if prepared.ctx is None:
+        for name in case.checks:
+            yield result(name, prepared.refusal)
+        return
+
+    def in_pristine_process(program, *args):
+        zygote = pristine if pristine is not None else spawned()
+        return zygote.run(run_prepared, op, case, options, program, *args)
+
+    ctx = replace(prepared.ctx, in_pristine_process=in_pristine_process)
     active: dict[str, Check] = {}
     for name in case.checks:
-        conf = op.checks.get(name)
+        conf = ctx.op.checks.get(name)
         params = {**(conf.params if conf else {}), **options.check_params.get(name, {})}
         check = CHECKS[name](ctx, params)
         reason = check.skip_reason()

@@ -35,8 +35,9 @@ from kernelcheck.checks.outcome import Outcome
 from kernelcheck.results import CheckResult
 from kernelcheck.runner import sanitize, spares
 from kernelcheck.runner.case import RunOptions, make_result, run_case
+from kernelcheck.runner.channel import Channel
 from kernelcheck.runner.poison import poison_cached_device_memory
-from kernelcheck.runner.worker import FRESH, Channel
+from kernelcheck.runner.worker import FRESH
 from kernelcheck.spec.model import OpSpec
 from kernelcheck.timing import PHASES, PhaseClock, add_phases
 

@@ -19,7 +19,7 @@ import signal
 import subprocess
 
 from kernelcheck.runner import sanitize
-from kernelcheck.runner.worker import Channel
+from kernelcheck.runner.channel import Channel
 from kernelcheck.runner.worker_environment import worker_environment
 
 MAX_SPARES = 4  # a run starts one worker per core it uses; more start when needed

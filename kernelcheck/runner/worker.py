@@ -15,62 +15,14 @@ parent sees what it would have seen had the case run in the worker itself.
 from __future__ import annotations
 
 import os
-import pickle
 import resource
-import select
 import signal
-import struct
 import sys
-import time
 import traceback
 import warnings
 
-_HEADER = struct.Struct("<Q")
-
-
-class Channel:
-    """Length-prefixed pickles over a pair of file descriptors. ``exact``: never read past
-    the message being read (a process that stops reading leaves the rest to the next)."""
-
-    def __init__(self, read_fd: int, write_fd: int, exact: bool = False):
-        self.read_fd, self.write_fd = read_fd, write_fd
-        self.exact = exact
-        self.buffer = b""
-
-    def _wanted(self) -> int:
-        """How much to read next: as much as is there, or (exact) what the message lacks."""
-        if not self.exact:
-            return 1 << 20
-        if len(self.buffer) < _HEADER.size:
-            return _HEADER.size - len(self.buffer)
-        (size,) = _HEADER.unpack_from(self.buffer)
-        return _HEADER.size + size - len(self.buffer)
-
-    def send(self, obj) -> None:
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-        view = memoryview(_HEADER.pack(len(data)) + data)
-        while view:
-            view = view[os.write(self.write_fd, view) :]
-
-    def recv(self, timeout: float | None = None):
-        """The next message; ``TimeoutError`` if none within ``timeout``; ``EOFError`` at EOF."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            if len(self.buffer) >= _HEADER.size:
-                (size,) = _HEADER.unpack_from(self.buffer)
-                if len(self.buffer) >= _HEADER.size + size:
-                    data = self.buffer[_HEADER.size : _HEADER.size + size]
-                    self.buffer = self.buffer[_HEADER.size + size :]
-                    return pickle.loads(data)
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self.read_fd], [], [], wait)
-            if not ready:
-                raise TimeoutError
-            chunk = os.read(self.read_fd, self._wanted())
-            if not chunk:
-                raise EOFError
-            self.buffer += chunk
-
+from kernelcheck.runner.channel import Channel
+from kernelcheck.runner.pristine import PristineProcesses, fork_zygote
 
 FRESH = "fresh"  # from the parent: the next case runs in a fresh process
 _RETIRED = b"R"  # from a case process to the worker: it exits because it was told to
@@ -115,6 +67,7 @@ def _case_process(channel: Channel) -> bool:
     compiled, no allocation left by an earlier case. A fork costs milliseconds where a
     fresh interpreter costs seconds (importing torch).
     """
+    zygote, pristine = fork_zygote()  # the case process's pristine processes come from it
     told_read, told_write = os.pipe()
     with warnings.catch_warnings():  # Python 3.12+ warns of any thread; the one here
         warnings.simplefilter("ignore", DeprecationWarning)  # (OpenBLAS's) is fork-safe
@@ -123,13 +76,15 @@ def _case_process(channel: Channel) -> bool:
         os.close(told_read)
         code = 1
         try:
-            code = _serve(channel, told_write)
+            code = _serve(channel, told_write, pristine)
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
     os.close(told_write)
+    pristine.close()  # the case process's alone: the zygote ends when it does
     _, status = os.waitpid(pid, 0)
+    os.waitpid(zygote, 0)
     with os.fdopen(told_read, "rb") as told:
         retired = told.read(1) == _RETIRED
     if not retired:
@@ -163,7 +118,7 @@ def _die_with_worker() -> None:
             os._exit(1)
 
 
-def _serve(channel: Channel, told_fd: int) -> int:
+def _serve(channel: Channel, told_fd: int, pristine: PristineProcesses) -> int:
     """Run the parent's cases until EOF, ``None`` (exit code 0) or :data:`FRESH`."""
     _die_with_worker()
     from kernelcheck.runner.case import run_case
@@ -188,7 +143,7 @@ def _serve(channel: Channel, told_fd: int) -> int:
         clock = PhaseClock()
         try:
             poison_cached_device_memory(case.device)  # CUDA: the cache's free blocks read NaN
-            for res in run_case(op, case, options, progress, clock):
+            for res in run_case(op, case, options, progress, clock, pristine):
                 channel.send(("result", res.to_dict()))
         except BaseException as exc:  # noqa: BLE001 - reported to the parent
             channel.send(("fatal", f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"))

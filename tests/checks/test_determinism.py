@@ -23,9 +23,9 @@ def test_honest_candidates_are_deterministic_at_every_thread_count(catalog, cand
     before = torch.get_num_threads()
     res = run_small(catalog, candidate, ["determinism"], seeds=[0])["determinism"]
     assert res.status == "pass", res.message
-    # run 1, two repeats, two at 8 threads, one at 3, one under inference_mode, the
-    # with-grad outputs
-    assert res.metrics["repeats"] == 8
+    # run 1, two repeats, two at 8 threads, one at 3, one in a pristine process, one
+    # under inference_mode, the with-grad outputs
+    assert res.metrics["repeats"] == 9
     assert torch.get_num_threads() == before  # restored
 
 
@@ -36,3 +36,28 @@ def test_a_floored_thread_partition_fails_at_an_odd_thread_count(catalog):
     shape = {"batch": 2, "vocab": 10000}
     res = run_small(cat, "bug", ["determinism"], shape=shape, seeds=[0])["determinism"]
     assert res.status == "fail" and "(at 3 threads)" in res.message, res.message
+
+
+def test_a_choice_fixed_at_the_process_first_call_fails_in_a_pristine_process(catalog):
+    """An autotuner keyed on (vocab, dtype) keeps what the process's first call chose:
+    every repeat in the case process agrees, a process that began with one row does not."""
+    cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_at_first_call")
+    res = run_small(cat, "bug", ["determinism"], seeds=[0])["determinism"]
+    assert res.status == "fail", res.message
+    assert "in a pristine process whose first call had lead shape (1, 1)" in res.message
+    assert "output:" in res.message
+
+
+def test_a_single_row_case_begins_its_pristine_process_with_a_batch(catalog):
+    cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_at_first_call")
+    shape = {"batch": 1, "seq": 1, "vocab": 1000}
+    res = run_small(cat, "bug", ["determinism"], shape=shape, seeds=[0])["determinism"]
+    assert res.status == "fail", res.message
+    assert "first call had lead shape (64, 1)" in res.message
+
+
+def test_the_pristine_process_is_isolated_too(catalog):
+    """Under isolated workers the pristine process is a fork of the worker's zygote."""
+    cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_at_first_call")
+    res = run_small(cat, "bug", ["determinism"], seeds=[0], isolate=True)["determinism"]
+    assert res.status == "fail" and "pristine process" in res.message, res.message

@@ -13,8 +13,8 @@ import os
 import pytest
 
 from kernelcheck.cases.grid import Case
+from kernelcheck.runner.channel import Channel
 from kernelcheck.runner.execute import needs_fresh_process, process_key
-from kernelcheck.runner.worker import Channel
 from tests.conftest import run_fp32, with_candidate, with_grid_shapes
 
 A = {"batch": 2, "seq": 16, "vocab": 257}

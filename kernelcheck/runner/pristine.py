@@ -1,0 +1,190 @@
+"""Pristine processes: a process in the state a case process starts in (torch imported,
+no candidate loaded, nothing called), where a check makes the candidate's first call.
+
+A kernel may fix a choice at its process's first call and keep it: an autotuner keyed on
+(vocab, dtype) that benchmarks at the first call's row count, a plan cached at the first
+batch size. Every later call in that process agrees with the choice, so no repeat and no
+batch layout within one process shows it, while a rollout worker whose first call was one
+sequence and a trainer whose first call was a batch give the same row other bits. A
+check runs ``fn(*args)`` in a pristine process (:meth:`PristineProcesses.run`) and
+compares the bits with its own process's.
+
+Under an isolated worker the pristine processes are forked from a *zygote*, which the
+worker forks beside each case process (:func:`fork_zygote`): it never loads a candidate,
+so each fork starts pristine, in milliseconds. A case run in process (``--no-isolate``,
+a test calling ``run_case``) starts a zygote interpreter on first use instead
+(:func:`spawned`: ``python -m kernelcheck.runner.pristine``, seconds, once).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import warnings
+
+from kernelcheck.runner.channel import Channel
+
+_GO = b"G"  # to the zygote: fork a pristine process, which reads the request that follows
+
+
+class PristineProcesses:
+    """A zygote's client: each :meth:`run` is served by a fresh fork of the zygote."""
+
+    def __init__(self, requests_fd: int, replies_fd: int, proc: subprocess.Popen | None = None):
+        self.requests_fd, self.replies_fd = requests_fd, replies_fd
+        self.proc = proc  # the zygote interpreter, when this process started one
+
+    def run(self, fn, *args):
+        """``fn(*args)`` in a pristine process (``fn`` importable by name, ``args``
+        picklable); its ``CandidateFault`` (or a crash: the signal) is raised here as one."""
+        try:
+            os.write(self.requests_fd, _GO)
+            channel = Channel(self.replies_fd, self.requests_fd)
+            channel.send((fn, args))
+            kind, value = channel.recv()
+        except (OSError, EOFError) as exc:
+            raise RuntimeError(f"no pristine process: the zygote is gone ({exc})") from None
+        if kind == "ok":
+            return value
+        if kind == "error":
+            raise RuntimeError(value)
+        from kernelcheck.checks.outcome import CandidateFault  # torch: not at worker start
+
+        raise CandidateFault(f"in a pristine process: {value}")
+
+    def close(self) -> None:
+        """Let the zygote go (it exits at EOF)."""
+        if self.proc is None:
+            for fd in (self.requests_fd, self.replies_fd):
+                os.close(fd)
+            return
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def fork_zygote() -> tuple[int, PristineProcesses]:
+    """Fork a zygote from this (pristine) process: ``(its pid, its client)``. The client's
+    descriptors are for the case process forked next; this process closes them after."""
+    requests_read, requests_write = os.pipe()
+    replies_read, replies_write = os.pipe()
+    with warnings.catch_warnings():  # as worker.py's fork: this process's threads are idle
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the zygote: it never returns into the worker
+        try:
+            os.close(requests_write)
+            os.close(replies_read)
+            _zygote(requests_read, replies_write)
+        finally:
+            os._exit(0)
+    os.close(requests_read)
+    os.close(replies_write)
+    return pid, PristineProcesses(requests_write, replies_read)
+
+
+def _die_with_parent() -> None:
+    """Linux: be killed when the parent dies (a killed case process's zygote, say)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(1)
+
+
+def _zygote(requests_fd: int, replies_fd: int) -> None:
+    """Fork one pristine process per request until EOF; report one that crashed."""
+    _die_with_parent()
+    while os.read(requests_fd, 1) == _GO:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the pristine process: it never returns into this loop
+            code = 1
+            try:
+                _die_with_parent()
+                _serve_one(Channel(requests_fd, replies_fd, exact=True))
+                code = 0
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:  # it died before it answered: answer for it
+            Channel(-1, replies_fd).send(("crashed", _describe(status)))
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        return f"killed by {name} (signal {sig})"
+    return f"exited with code {os.waitstatus_to_exitcode(status)}"
+
+
+def _serve_one(channel: Channel) -> None:
+    """Run one request; answer ``("ok", value)``, ``("fault", text)`` or ``("error", text)``."""
+    from kernelcheck.checks.outcome import CandidateFault
+
+    fn, args = channel.recv()
+    try:
+        answer = ("ok", fn(*args))
+    except CandidateFault as exc:
+        answer = ("fault", str(exc))
+    except Exception as exc:  # noqa: BLE001 - a check's bug, reported as an internal error
+        answer = ("error", f"in a pristine process: {type(exc).__name__}: {exc}")
+    channel.send(answer)
+
+
+_spawned: PristineProcesses | None = None
+
+
+def spawned() -> PristineProcesses:
+    """This process's zygote interpreter, started on first use (a case run in process)."""
+    global _spawned
+    if _spawned is None or _spawned.proc.poll() is not None:
+        from kernelcheck.runner.worker_environment import worker_environment
+
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kernelcheck.runner.pristine"],
+            env=worker_environment(),  # as an isolated worker's (the large-block keeper)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,  # a terminal's Ctrl-C reaches this process only
+        )
+        requests, replies = proc.stdin.fileno(), proc.stdout.fileno()
+        Channel(replies, requests).send(list(sys.path))  # candidates found through it
+        if _spawned is None:
+            atexit.register(lambda: _spawned is not None and _spawned.close())
+        _spawned = PristineProcesses(requests, replies, proc)
+    return _spawned
+
+
+def main() -> None:
+    """The zygote interpreter: import what a worker imports, then serve forks."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    channel = Channel(sys.stdin.fileno(), os.dup(sys.stdout.fileno()), exact=True)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a candidate's prints go to stderr
+    import torch  # noqa: F401
+
+    import kernelcheck.checks  # noqa: F401 - imported once for every fork
+    from kernelcheck.runner.malloc_tuning import keep_chunks_in_heap
+
+    keep_chunks_in_heap()
+    sys.path[:] = channel.recv()
+    _zygote(channel.read_fd, channel.write_fd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""Pristine processes (kernelcheck/runner/pristine.py): each run is a fresh fork of a
+zygote that never ran the program, and what goes wrong there comes back as a fault."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from kernelcheck.checks.outcome import CandidateFault
+from kernelcheck.runner.pristine import fork_zygote, spawned
+
+_calls = 0
+
+
+def count_calls() -> tuple[int, int]:
+    """(this process's pid, calls of this function in it so far, this one included)."""
+    global _calls
+    _calls += 1
+    return os.getpid(), _calls
+
+
+def raise_fault():
+    raise CandidateFault("candidate raised ValueError: bad")
+
+
+def raise_bug():
+    raise ValueError("a check's bug")
+
+
+def crash():
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+
+def test_each_run_is_a_fresh_process_that_never_ran_the_program():
+    count_calls()  # here: the pristine processes must not see it
+    first, second = spawned().run(count_calls), spawned().run(count_calls)
+    assert first[1] == second[1] == 1
+    assert len({first[0], second[0], os.getpid()}) == 3
+
+
+def test_a_fault_a_crash_and_a_bug_come_back_as_what_they_are():
+    with pytest.raises(CandidateFault, match="in a pristine process: candidate raised"):
+        spawned().run(raise_fault)
+    with pytest.raises(CandidateFault, match="killed by SIGSEGV"):
+        spawned().run(crash)
+    with pytest.raises(RuntimeError, match="ValueError: a check's bug"):
+        spawned().run(raise_bug)
+    assert spawned().run(count_calls)[1] == 1  # the zygote serves on after each
+
+
+def test_a_forked_zygote_serves_its_client_and_ends_when_the_client_lets_go():
+    pid, client = fork_zygote()
+    try:
+        child, calls = client.run(count_calls)
+        assert child not in (pid, os.getpid())
+    finally:
+        client.close()
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
