@@ -29,6 +29,9 @@ from kernelcheck.spec.model import Tolerance, eval_dim_expr
 # 2^6: exact in every float type. Standard normal logits reach +-180, past fp32 exp's
 # range (88.7); hidden states give logits of std 64; a 16-bit sum of squares overflows
 SCALE_UP = 64.0
+# calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
+# of saved statistics reads another call's
+IN_FLIGHT = 9
 # autograd's loud refusals of a backward through a tensor edited in place: a saved
 # tensor's version counter, a view made under no_grad whose base was edited
 INPLACE_REFUSALS = ("modified by an inplace operation", "has been modified inplace")
@@ -1058,31 +1061,33 @@ class Contract(Check):
         self._edit_verdict(kind, how, edited, want)
 
     def _calls_in_flight(self, trial: Trial) -> None:
-        """Four calls of one shape in flight (four forwards, then the backwards in the
-        order 2, 4, 1, 3: pipeline micro-batches, DPO's chosen and rejected summed into
-        one loss, whose backward takes them in neither the forwards' order nor its
-        reverse) and a second backward through the first call's graph (retain_graph: a
-        second loss over the same outputs): every gradient keeps the bits of its call
-        alone, and the gradient a caller holds stays as it was. A backward reading a
-        per-shape workspace (or a ring of two or three) that a later forward overwrote, a
-        queue or a stack of saved statistics, or one that scales a gradient kept from the
-        forward in place and returns it, shows; a second backward that raises is torch's
-        loud refusal, not a finding."""
+        """``IN_FLIGHT`` (9) calls of one shape in flight (nine forwards, then the backwards
+        in the order 2, 4, 6, 8, 1, 3, 5, 7, 9: pipeline micro-batches, DPO's chosen and
+        rejected summed into one loss, whose backward takes them in neither the forwards'
+        order nor its reverse) and a second backward through the first call's graph
+        (retain_graph: a second loss over the same outputs): every gradient keeps the
+        bits of its call alone, and the gradient a caller holds stays as it was. A
+        backward reading a per-shape workspace (or a ring of up to eight) that a later
+        forward overwrote, a queue or a stack of saved statistics, or one that scales a
+        gradient kept from the forward in place and returns it, shows; a second backward
+        that raises is torch's loud refusal, not a finding."""
         if not self.ctx.grad:
             return
         ctx = self.ctx
-        batches, upstreams = self._reordered(trial, 4)
+        batches, upstreams = self._reordered(trial, IN_FLIGHT)
         want = [ctx.call_backward(ctx.to_device(b), u)[1] for b, u in zip(batches, upstreams)]
         flight = [ctx.forward_with_grad(ctx.to_device(b), u) for b, u in zip(batches, upstreams)]
         got = {}
-        for i in (1, 3, 0, 2):
+        order = [*range(1, IN_FLIGHT, 2), *range(0, IN_FLIGHT, 2)]
+        for i in order:
             got[i] = ctx.backward_of(*flight[i], upstreams[i], retain=i == 0)
+        label = ", ".join(str(i + 1) for i in order)
         before = len(self.problems)
         for i in sorted(got):
             problem = (
-                f"four calls in flight (4 forwards, then backwards 2, 4, 1, 3): call {i + 1}'s "
-                "gradient {} differs from the one it gets alone (or the backward is not "
-                "deterministic: see determinism)"
+                f"{IN_FLIGHT} calls in flight ({IN_FLIGHT} forwards, then backwards {label}): "
+                f"call {i + 1}'s gradient {{}} differs from the one it gets alone (or the "
+                "backward is not deterministic: see determinism)"
             )
             self._same_gradients(problem, got[i], want[i])
         if len(self.problems) > before:  # the rest compares with the same gradients
@@ -1101,21 +1106,29 @@ class Contract(Check):
         )
         self._same_gradients(problem, got_a, want_a)
         if len(self.problems) == before:
-            self.passed.append("four calls in flight, a second backward == calls alone")
+            self.passed.append(f"{IN_FLIGHT} calls in flight, a second backward == calls alone")
 
     def _reordered(self, trial: Trial, n: int) -> tuple[list[dict], list[list]]:
         """The trial's first rows and upstream gradients, then ``n - 1`` more batches of the
-        very same shape: those rows reversed, rolled by one, by two (other values in each
-        row's place, so a gradient read from another call's state shows)."""
-        op = self.ctx.op
+        very same shape: those rows reversed, rolled by one, by two, then fresh draws
+        (other values in each row's place, so a gradient read from another call's state
+        shows); the shared inputs (a weight) the trial's in every batch."""
+        ctx, op = self.ctx, self.ctx.op
         head, lead = self._head(trial)
-        ups = self.ctx.upstream(trial.seed, lead)
+        ups = ctx.upstream(trial.seed, lead)
         orders = [lambda t: t, lambda t: t.flip(0), lambda t: t.roll(1, 0), lambda t: t.roll(2, 0)]
         batches = [
             {k: f(v) if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
             for f in orders[:n]
         ]
-        return batches, [[f(u) if u.dim() else u for u in ups] for f in orders[:n]]
+        upstreams = [[f(u) if u.dim() else u for u in ups] for f in orders[:n]]
+        for j in range(len(orders), n):
+            salt = f"call {j + 1} in flight"
+            drawn = ctx.draw(trial.seed, trial.distribution, lead=lead, salt=salt)
+            row_wise = {k: op.is_row_wise(op.input(k)) for k in head}
+            batches.append({k: drawn[k] if row_wise[k] else v for k, v in head.items()})
+            upstreams.append(ctx.upstream(trial.seed, lead, salt=salt))
+        return batches, upstreams
 
     def _accumulated_grads(self, trial: Trial) -> None:
         """Two micro-batches through ``loss.backward()``, each grad input a leaf, the

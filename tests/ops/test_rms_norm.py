@@ -72,7 +72,9 @@ PLANTED_BUGS = [
     ),
     ("output-truncated-to-bf16", "forward_precision", "bf16", "rounded toward zero"),
     # a third micro-batch in flight overwrites the first's rstd
-    ("ring-of-two-workspaces", "contract", "fp32", "four calls in flight"),
+    ("ring-of-two-workspaces", "contract", "fp32", "9 calls in flight"),
+    # one workspace per pipeline stage: a ninth micro-batch in flight overwrites the first's
+    ("ring-of-eight-workspaces", "contract", "fp32", "call 1's gradient"),
     # [s, b, h] activations seen as [b, s, h]: dense, not contiguous
     ("dense-memory-order", "contract", "fp32", "lead dims permuted"),
     # .backward() over two micro-batches, as a training loop accumulates
