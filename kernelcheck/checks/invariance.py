@@ -14,7 +14,8 @@ each of these layouts:
   least 8 threads, whatever the case's own count): rows at other positions, in small batches, at
   other address alignments, with another thread count than alone;
 - ``one batch``: the R rows, each several times over, in one batch of ``big_rows``
-  (16,384: an RL micro-batch of 8k-16k tokens) rows, or at long rows of as many as hold
+  (98,304 at short rows, half again past a grid dimension's 65,535 blocks; 16,384 or more at
+  longer ones: an RL micro-batch of 8k-64k tokens) rows, or at long rows of as many as hold
   ``big_elements`` (80M, 320 MiB of fp32: 553 rows at the Qwen3 vocab), or of as many
   as take ``big_work`` (2^31) products of the row's dims (linear_logp's tokens x hidden
   x vocab), with a 3-D lead shape (``lead_3d``) when it factors: the scale where a
@@ -173,7 +174,11 @@ class _Invariance(Check):
         "max_seeds": 1,
         "lead_3d": True,
         "misaligned": True,
-        "big_rows": 16384,
+        # rows past ``big_rows_floor`` only while the batch holds at most
+        # ``big_rows_elements`` row-wise elements (short rows: logp at V = 257 takes 98,304)
+        "big_rows": 98304,
+        "big_rows_floor": 16384,
+        "big_rows_elements": 1 << 25,
         "big_elements": 5 << 24,
         "big_work": 1 << 31,
         "own_rows": 32,
@@ -215,17 +220,22 @@ class _Invariance(Check):
         return max(1, min(want, POOL_BYTES // self.ctx.row_bytes(8)))
 
     def big_rows(self, rows: int) -> int:
-        """The one batch's rows: ``big_rows`` (16,384), fewer at long rows, as many as hold
-        ``big_elements`` (80M: 320 MiB of fp32, past the 256 MiB where kernels commonly
-        switch strategy), within POOL_BYTES of inputs; never fewer than the R rows. The
-        op's big-batch case (``CaseContext.is_big_batch_case``) takes ``big_elements`` at
-        short rows too: the grid's long-row shapes reach it at the grid's attributes only. At
-        most ``big_work`` (2^31) products of the non-lead dims: linear_logp's 16,384
-        tokens at hidden 1,024 and vocab 1,000 would be 17 G multiply-adds, 2,048 are 2 G."""
+        """The one batch's rows: ``big_rows`` (98,304: 32,768 rows past a grid dimension's
+        65,535 blocks; an RL micro-batch of 8k-96k tokens) at short rows, as many as hold
+        ``big_rows_elements`` (2^25) but at least ``big_rows_floor`` (16,384) at longer
+        ones, fewer at long rows, as many as hold ``big_elements`` (80M: 320 MiB of fp32,
+        past the 256 MiB where kernels commonly switch strategy), within POOL_BYTES of
+        inputs; never fewer than the R rows. The op's big-batch case
+        (``CaseContext.is_big_batch_case``) takes ``big_elements`` at short rows too: the
+        grid's long-row shapes reach it at the grid's attributes only. At most
+        ``big_work`` (2^31) products of the non-lead dims: linear_logp's 16,384 tokens at
+        hidden 1,024 and vocab 1,000 would be 17 G multiply-adds, 2,048 are 2 G."""
         itemsize = dtypes.torch_dtype(self.ctx.case.dtype).itemsize
         elements = int(self.params["big_elements"])
-        work = self.ctx.row_work
-        want = min(int(self.params["big_rows"]), -(-elements // self.ctx.row_bytes(1)))
+        work, row_elements = self.ctx.row_work, self.ctx.row_bytes(1)
+        short = int(self.params["big_rows_elements"]) // row_elements
+        many = min(int(self.params["big_rows"]), max(int(self.params["big_rows_floor"]), short))
+        want = min(many, -(-elements // row_elements))
         if self.ctx.is_big_batch_case():  # by the work per row (linear_logp's hidden x vocab)
             want = max(want, elements // work)
         want = min(want, int(self.params["big_work"]) // work)

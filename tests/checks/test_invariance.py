@@ -1,4 +1,4 @@
-"""The invariance layouts reach where strategies switch: a batch of 16,384 rows, odd batch
+"""The invariance layouts reach where strategies switch: a batch of 98,304 rows, odd batch
 sizes, another thread count, the case's own batch (planted bugs in
 tests/fixtures/scale_bugs.py), and the honest candidates pass them all."""
 
@@ -22,8 +22,9 @@ def _run(catalog, bug: str, checks=CHECKS, **kw):
 @pytest.mark.parametrize(
     "bug,layout",
     [
-        ("switches_order_past_many_rows", "one batch of 16384"),
-        ("switches_order_past_4096_rows", "one batch of 16384"),
+        ("switches_order_past_many_rows", "one batch of 98304"),
+        ("switches_order_past_4096_rows", "one batch of 98304"),
+        ("second_launch_past_65535_rows", "one batch of 98304"),
         ("differs_in_batches_of_3", "batches of 2/3/4/5/7/16"),
         ("follows_thread_count", "thread"),
         ("differs_at_the_case_shape", "own batch of 32"),
@@ -62,7 +63,7 @@ def test_a_row_split_over_threads_when_alone_fails(catalog, threads):
 def test_a_switch_past_many_rows_fails_backward_too(catalog):
     res = _run(catalog, "switches_order_past_many_rows", ["backward_invariance"])
     assert res["backward_invariance"].status == "fail"
-    assert "one batch of 16384" in res["backward_invariance"].message
+    assert "one batch of 98304" in res["backward_invariance"].message
 
 
 @pytest.mark.parametrize("candidate", ["torch", "cpu"])
@@ -71,11 +72,11 @@ def test_honest_candidates_pass_every_layout(catalog, candidate):
     for r in res.values():
         assert r.status == "pass", r.message
         layouts = [label for label, _ in r.plots["invariance"].items()]
-        assert any(label.startswith("one batch of 16384") for label in layouts), layouts
+        assert any(label.startswith("one batch of 98304") for label in layouts), layouts
         assert any(label.startswith("own batch of 32") for label in layouts), layouts
         assert any(all(f"/{n}" in label for n in ODD_SIZES) for label in layouts), layouts
-        # 300 rows in small batches, 16,384 placements of them in one batch, 32 of the case's
-        assert r.metrics["comparisons"] == 300 + 16384 + 32
+        # 300 rows in small batches, 98,304 placements of them in one batch, 32 of the case's
+        assert r.metrics["comparisons"] == 300 + 98304 + 32
 
 
 def test_alone_runs_at_two_threads_or_more_and_half_the_batches_at_one():
@@ -85,9 +86,9 @@ def test_alone_runs_at_two_threads_or_more_and_half_the_batches_at_one():
 
 @pytest.mark.parametrize(("dtype", "itemsize"), [("fp32", 4), ("bf16", 2)])
 def test_the_big_batch_stays_within_its_byte_budget(catalog, dtype, itemsize):
-    """At the Qwen3 vocab 16,384 rows would be 10 GB in fp32: the batch holds 80M
+    """At the Qwen3 vocab 98,304 rows would be 60 GB in fp32: the batch holds 80M
     elements, past 256 MiB of fp32 (a common switch point); at a small vocab it holds
-    16,384 (an RL micro-batch of 8k-16k tokens)."""
+    98,304 (an RL micro-batch of up to 96k tokens, 32,768 rows past a grid dimension's 65,535)."""
     from kernelcheck.cases.grid import Case
     from kernelcheck.checks.context import CaseContext
     from kernelcheck.checks.invariance import ForwardInvariance
@@ -101,11 +102,11 @@ def test_the_big_batch_stays_within_its_byte_budget(catalog, dtype, itemsize):
 
     big = rows_at(151936)
     assert big == 553 and 256 << 20 < big * 151936 * 4
-    assert rows_at(257) == 16384
+    assert rows_at(257) == 98304
     assert 8000 < rows_at(10000) < 8400  # as many as hold 80M elements
     # both swept attributes off the grid: 80M elements at every row length
     both = (("temperature", 0.7), ("with_mask", True))
-    assert rows_at(257, both) == (5 << 24) // 257 and rows_at(257, both[:1]) == 16384
+    assert rows_at(257, both) == (5 << 24) // 257 and rows_at(257, both[:1]) == 98304
     assert rows_at(151936, both) == 553
 
 
@@ -113,7 +114,7 @@ def test_an_attribute_forgotten_past_2_25_logits_fails_in_the_widest_sweep(catal
     """The grid's long-row shapes reach 80M elements at the default attributes only: the
     sweep that sets both swept attributes off the grid takes 80M elements at V = 257 as
     well (326,404 rows), where a streaming path that drops the temperature shows; a
-    single attribute's sweep keeps 16,384 rows, and the honest candidate passes."""
+    single attribute's sweep keeps 98,304 rows, and the honest candidate passes."""
     both = {"temperature": 0.7, "with_mask": True}
     bug = _run(catalog, "streaming_path_drops_temperature", ["forward_invariance"], attributes=both)
     res = bug["forward_invariance"]
@@ -121,7 +122,7 @@ def test_an_attribute_forgotten_past_2_25_logits_fails_in_the_widest_sweep(catal
     one = {"temperature": 0.7}
     res = _run(catalog, "streaming_path_drops_temperature", ["forward_invariance"], attributes=one)
     assert res["forward_invariance"].status == "pass"
-    assert "one batch of 16384 (3-D)" in res["forward_invariance"].plots["invariance"]
+    assert "one batch of 98304 (3-D)" in res["forward_invariance"].plots["invariance"]
     honest = run_small(catalog, "torch", CHECKS, shape=SHAPE, seeds=[0], attributes=both)
     for r in honest.values():
         assert r.status == "pass", r.message

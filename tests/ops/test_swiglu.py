@@ -35,7 +35,7 @@ PLANTED_BUGS = [
     ("exp-ratio-sigmoid", "forward_accuracy", "bf16", "NaN"),
     # one ulp off at most: only the direction shows
     ("gradient-truncated-to-bf16", "backward_precision", "bf16", "rounded toward zero"),
-    # 2^24 elements: the grid's batches stopped at 16,384 x 1,000
+    # 2^24 elements: the grid's batches stopped at 16,384 x 1,000 (33,554 x 1,000 now)
     pytest.param(
         "flat-path-past-2-24",
         "forward_invariance",
