@@ -33,20 +33,33 @@ _GO = b"G"  # to the zygote: fork a pristine process, which reads the request th
 class PristineProcesses:
     """A zygote's client: each :meth:`run` is served by a fresh fork of the zygote."""
 
-    def __init__(self, requests_fd: int, replies_fd: int, proc: subprocess.Popen | None = None):
+    def __init__(
+        self, requests_fd: int, replies_fd: int, zygote: int, proc: subprocess.Popen | None = None
+    ):
         self.requests_fd, self.replies_fd = requests_fd, replies_fd
+        self.zygote = zygote  # its pid
         self.proc = proc  # the zygote interpreter, when this process started one
+        self.broken = False  # a run was interrupted: a late reply may still come
 
     def run(self, fn, *args):
         """``fn(*args)`` in a pristine process (``fn`` importable by name, ``args``
-        picklable); its ``CandidateFault`` (or a crash: the signal) is raised here as one."""
+        picklable); its ``CandidateFault`` (or a crash: the signal) is raised here as one.
+        A run interrupted here (a case's timeout) kills the zygote and its fork: a late
+        reply must never answer the next run."""
+        if self.broken:
+            raise RuntimeError("no pristine process: an earlier run was interrupted")
         try:
             os.write(self.requests_fd, _GO)
             channel = Channel(self.replies_fd, self.requests_fd)
             channel.send((fn, args))
             kind, value = channel.recv()
         except (OSError, EOFError) as exc:
+            self.broken = True
             raise RuntimeError(f"no pristine process: the zygote is gone ({exc})") from None
+        except BaseException:
+            self.broken = True
+            self._kill()
+            raise
         if kind == "ok":
             return value
         if kind == "error":
@@ -54,6 +67,13 @@ class PristineProcesses:
         from kernelcheck.checks.outcome import CandidateFault  # torch: not at worker start
 
         raise CandidateFault(f"in a pristine process: {value}")
+
+    def _kill(self) -> None:
+        """Kill the zygote (its fork dies with it: PR_SET_PDEATHSIG)."""
+        try:
+            os.kill(self.zygote, signal.SIGKILL)
+        except OSError:
+            pass
 
     def close(self) -> None:
         """Let the zygote go (it exits at EOF)."""
@@ -87,7 +107,7 @@ def fork_zygote() -> tuple[int, PristineProcesses]:
             os._exit(0)
     os.close(requests_read)
     os.close(replies_write)
-    return pid, PristineProcesses(requests_write, replies_read)
+    return pid, PristineProcesses(requests_write, replies_read, pid)
 
 
 def _die_with_parent() -> None:
@@ -153,7 +173,7 @@ _spawned: PristineProcesses | None = None
 def spawned() -> PristineProcesses:
     """This process's zygote interpreter, started on first use (a case run in process)."""
     global _spawned
-    if _spawned is None or _spawned.proc.poll() is not None:
+    if _spawned is None or _spawned.broken or _spawned.proc.poll() is not None:
         from kernelcheck.runner.worker_environment import worker_environment
 
         proc = subprocess.Popen(
@@ -167,7 +187,9 @@ def spawned() -> PristineProcesses:
         Channel(replies, requests).send(list(sys.path))  # candidates found through it
         if _spawned is None:
             atexit.register(lambda: _spawned is not None and _spawned.close())
-        _spawned = PristineProcesses(requests, replies, proc)
+        if _spawned is not None:
+            _spawned.close()
+        _spawned = PristineProcesses(requests, replies, proc.pid, proc)
     return _spawned
 
 

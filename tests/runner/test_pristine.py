@@ -33,6 +33,14 @@ def crash():
     os.kill(os.getpid(), signal.SIGSEGV)
 
 
+def hang():
+    signal.pause()
+
+
+class _Interrupted(Exception):
+    pass
+
+
 def test_each_run_is_a_fresh_process_that_never_ran_the_program():
     count_calls()  # here: the pristine processes must not see it
     first, second = spawned().run(count_calls), spawned().run(count_calls)
@@ -59,3 +67,23 @@ def test_a_forked_zygote_serves_its_client_and_ends_when_the_client_lets_go():
         client.close()
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_an_interrupted_run_never_answers_the_next():
+    """A case's timeout interrupts a run in process: the hung fork and its zygote are
+    killed, and the next run gets a fresh zygote and its own answer."""
+    zygote = spawned()
+
+    def interrupt(signum, frame):
+        raise _Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    try:
+        with pytest.raises(_Interrupted):
+            zygote.run(hang)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert zygote.broken and zygote.proc.wait(10) is not None
+    assert spawned() is not zygote and spawned().run(count_calls)[1] == 1
