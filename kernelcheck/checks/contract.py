@@ -111,6 +111,7 @@ class Contract(Check):
             self._must_raise,
             self._empty,
             self._strided,
+            self._column_major_rows,
             self._shared_views,
             self._strided_upstream,
             self._unused_outputs,
@@ -506,6 +507,39 @@ class Contract(Check):
             if not op.is_row_wise(op.input(k)) and v.is_floating_point() and v.numel() > 1
         ]
 
+    def _column_major_rows(self, trial: Trial) -> None:
+        """The row-wise float inputs column-major (dense, every dim in reversed memory
+        order: ``x.t()`` of a ``[H, N]`` buffer, logits computed as ``(W @ h.T).T``), all
+        at once: outputs and gradients within twice the contract tolerance of the
+        contiguous call's (values: an honest kernel may reduce a strided row in another
+        order). A kernel that reads a dense input in memory order without a copy (its
+        check ``is_non_overlapping_and_dense``, not ``is_contiguous``) mixes the rows;
+        the lead-permuted view shows that at two lead dims only."""
+        ctx, op = self.ctx, self.ctx.op
+        head, lead = self._head(trial)
+        names = [
+            k
+            for k, v in head.items()
+            if op.is_row_wise(op.input(k)) and v.is_floating_point() and v.dim() > 1
+        ]
+        if not names or lead[0] < 2:
+            return
+        contiguous = ctx.to_device(head)
+        views = dict(contiguous)
+        for k in names:
+            order = list(reversed(range(contiguous[k].dim())))  # its own inverse
+            views[k] = contiguous[k].permute(order).contiguous().permute(order)
+        self._near_contiguous(trial, f"column-major {', '.join(names)}", views, contiguous, lead)
+
+    def _near_contiguous(self, trial: Trial, label: str, views: dict, contiguous: dict, lead):
+        """Outputs and gradients of the call on ``views`` within twice the contract
+        tolerance of the call on their ``contiguous`` copies."""
+        before = len(self.problems)
+        for what, tol, g, w in self._value_pairs(trial, views, contiguous, lead):
+            self._close(f"{label}: {what}", "the contiguous call's", tol, g, w, scale=2.0)
+        if len(self.problems) == before:
+            self.passed.append(f"{label} == contiguous, within tolerance")
+
     def _shared_views(self, trial: Trial) -> None:
         """Each shared float input as a non-contiguous view: 2+ dims transposed in memory
         (an lm_head stored [H, V], as GPT-2's Conv1D keeps it, passed as ``w.t()``), 1 dim
@@ -527,12 +561,7 @@ class Contract(Check):
                 views[k] = v.transpose(-1, -2).contiguous().transpose(-1, -2)
             else:
                 views[k] = torch.stack([v, torch.full_like(v, math.nan)], dim=-1)[..., 0]
-        label = f"non-contiguous {', '.join(names)}"
-        before = len(self.problems)
-        for what, tol, g, w in self._value_pairs(trial, views, contiguous, lead):
-            self._close(f"{label}: {what}", "the contiguous call's", tol, g, w, scale=2.0)
-        if len(self.problems) == before:
-            self.passed.append(f"{label} == contiguous, within tolerance")
+        self._near_contiguous(trial, f"non-contiguous {', '.join(names)}", views, contiguous, lead)
 
     def _close(self, what: str, whose: str, tol, got, want, scale: float = 1.0) -> None:
         """A problem where ``got`` is outside ``scale`` x ``tol`` of ``want`` (the accuracy

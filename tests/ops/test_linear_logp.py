@@ -38,6 +38,8 @@ PLANTED_BUGS = [
     ("training-path-clamps-targets", "contract", "target=-100 did not raise with grad"),
     ("frozen-head-bf16-grad", "backward_accuracy", "gradient:hidden (weight frozen)"),
     ("weight-read-as-contiguous", "contract", "non-contiguous weight: output"),
+    # h.t() of an [H, N] buffer, read in memory order: one lead dim, no lead-permuted view
+    ("hidden-read-in-memory-order", "contract", "column-major hidden: output"),
     # logits past exp's range: the grid's stay within +-10
     ("no-max-subtraction", "contract", "hidden x64: output 'logp'"),
     ("backward-softmax-unshifted", "contract", "hidden x64: gradient 'hidden'"),
