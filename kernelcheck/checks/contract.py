@@ -674,6 +674,7 @@ class Contract(Check):
         for what, tol, g, w in pairs:
             whose = f"the all-{ctx.case.dtype} call's"
             self._close(f"{label}: {what}", whose, tol, g, w, scale=2.0)
+        self._gradients_against_gold(label, trial, wide, lead, list(ctx.op.grad_inputs))
         if len(self.problems) == before:
             self.passed.append(label)
 
@@ -704,8 +705,35 @@ class Contract(Check):
                 continue
             tol = ctx.tolerance("forward_accuracy", o.name)
             self._close(f"{label}: output {o.name!r}", "the gold's", tol, g, w)
+        self._gradients_against_gold(label, trial, narrow, lead, list(op.grad_inputs))
         if len(self.problems) == before:
             self.passed.append(label)
+
+    def _gradients_against_gold(
+        self, label: str, trial: Trial, inputs: dict, lead, names: list[str]
+    ) -> None:
+        """A backward on ``inputs`` of mixed dtypes: the gradients of ``names`` each within
+        the contract tolerance of its own input's dtype of the float64 gold gradient of
+        those very inputs, or a raise. A backward that computes in the weight's dtype
+        (a dispatch on ``weight.dtype``, one GEMM dtype for both operands) rounds an
+        fp32 gradient to 8 bits; one that reduces a weight's gradient in the activations'
+        dtype rounds an fp32 weight's."""
+        ctx = self.ctx
+        if not ctx.grad:
+            return
+        upstream = ctx.upstream(trial.seed, lead)
+        what = f"{label} (with grad)"
+        got = self._unless_refused(
+            what, lambda: ctx.call_backward(ctx.to_device(inputs), upstream)[1]
+        )
+        if got is None:
+            return
+        want = self._gold_gradients(inputs, [u.cpu() for u in upstream], lead)
+        for name in (n for n in names if n in want):
+            short = dtypes.short_name(inputs[name].dtype)
+            tol = ctx.op.tolerance("backward_accuracy", short, name)
+            g = got[name].reshape(-1)
+            self._close(f"{what}: gradient {name!r} ({short})", "the gold's", tol, g, want[name])
 
     def _unless_refused(self, label: str, call):
         """``call()``'s result, or None where the candidate refused the call loudly (a raise,

@@ -30,6 +30,8 @@ from kernelcheck.checks.trial import Trial
 
 WITH_GRAD = "output (with grad)"  # the backward's own forward call: a training path
 FIRST_BATCH = 64  # a pristine process's first call when the case has a single row
+FIRST_CALL_DISTRIBUTION = "normal"
+BASE = "a pristine process whose first call was the case process's"
 
 
 class Determinism(Check):
@@ -68,6 +70,7 @@ class Determinism(Check):
         self.differ = 0
         self.first: tuple[Trial, str] | None = None
         self.batch_done = False
+        self.unconfirmed = 0  # pristine processes that disagreed among themselves
 
     def _repeat(self, trial: Trial) -> list:
         outs = trial.own_call(self.ctx.call)
@@ -117,30 +120,65 @@ class Determinism(Check):
             self._training_batch(trial)
 
     def _pristine_process(self, trial: Trial, reference: list) -> None:
-        """The same calls in a process whose first call was another row count's (one row
-        where the trial has more, else a batch): a choice fixed at a process's first call
-        (an autotuner keyed on the vocab, a plan cached at the first batch size) gives a
-        rollout worker that began with one sequence other bits than the trainer."""
+        """Pristine processes with other first calls, each compared with a pristine
+        process whose first call was the case process's (the trial, no grad): one whose
+        first call is a rollout's (another row count's realistic rows, no grad), then
+        those rows' call and the trial's calls; one whose first call is a training step
+        (the trial's shape, with grad). A choice fixed at a process's first call and
+        kept (an autotuner keyed on the vocab, a plan cached at the first batch size or
+        mode, a fast path left for a safe one at the first overflow: every case's first
+        trial holds overflowing rows) gives a rollout worker other bits than the
+        trainer, or runs a path no call here took. Compared between pristine processes,
+        never with this one: forks of one zygote, their memory laid out alike (a BLAS
+        may pick its path by a buffer's address)."""
         ctx = self.ctx
         if not int(self.params["pristine"]) or ctx.in_pristine_process is None:
             return
-        first = first_call_lead(ctx.lead)
-        ctx.progress(self.name, f"in a pristine process, first call at lead {first}")
-        results = ctx.in_pristine_process(
-            first_call_then_repeat, trial.seed, trial.distribution, first
-        )
-        where = f"the run in a pristine process whose first call had lead shape {first}:"
-        self._judge(trial, reference, results, where)
+        seed, dist, one = trial.seed, trial.distribution, first_call_lead(ctx.lead)
+        drawn = first_call_distribution(ctx)
+        firsts = ["trial", "rollout", "training"] if ctx.grad else ["trial", "rollout"]
 
-    def _judge(self, trial: Trial, reference: list, results: list, run: str) -> None:
-        """Count one more run compared with run 1; keep the first that differs (``run``
-        names it)."""
+        def run_all() -> dict:
+            ctx.progress(self.name, "pristine processes: the case's first call, then others")
+            return {f: ctx.in_pristine_process(pristine_calls, seed, dist, one, f) for f in firsts}
+
+        runs = run_all()
+        rollout = f"a pristine process whose first call was a rollout's (lead {one}, {drawn} rows):"
+        pairs = [
+            (0, "rollout", f"{rollout} that call"),
+            (1, "rollout", f"{rollout} the trial's calls after it"),
+            (
+                2,
+                "training",
+                f"a pristine process whose first call was a training step ({drawn} rows):",
+            ),
+        ]
+        pairs = [p for p in pairs if p[1] in runs]
+        differ = [p for p in pairs if self._compare(runs["trial"][p[0]], runs[p[1]][p[0]])]
+        if differ and not self._reproduced(runs, run_all(), pairs):
+            self.unconfirmed += 1  # the processes disagree among themselves: no verdict
+            return
+        for part, first, run in pairs:
+            self._judge(trial, runs["trial"][part], runs[first][part], run, BASE)
+
+    def _reproduced(self, runs: dict, again: dict, pairs: list) -> bool:
+        """Whether a second set of pristine processes gave each compared result the
+        first set's bits: a difference that follows the first call, not one that a
+        process's load or layout decides (a BLAS's thread count under load)."""
+        checked = {(part, f) for part, first, _ in pairs for f in ("trial", first)}
+        return not any(self._compare(runs[f][part], again[f][part]) for part, f in checked)
+
+    def _judge(
+        self, trial: Trial, reference: list, results: list, run: str, versus: str = "run 1"
+    ) -> None:
+        """Count one more run compared with ``reference`` (``versus`` names it); keep the
+        first that differs (``run`` names it)."""
         self.runs += 1
         detail = self._compare(reference, results)
         if detail:
             self.differ += 1
             if self.first is None:
-                self.first = (trial, f"{run} {detail} vs run 1")
+                self.first = (trial, f"{run} {detail} vs {versus}")
 
     def _other_modes(self, trial: Trial, reference: list) -> None:
         """The same call under ``torch.inference_mode`` and, when on, the with-grad call's
@@ -221,6 +259,8 @@ class Determinism(Check):
             "differing_runs": self.differ,
             "threads": int(self.params["threads"]),
         }
+        if self.unconfirmed:  # no verdict from them: their bits varied from process to process
+            metrics["pristine_unconfirmed"] = self.unconfirmed
         tol = {"mode": "bitwise"}
         if self.first:
             t, what = self.first
@@ -242,11 +282,45 @@ def first_call_lead(lead: tuple[int, ...]) -> tuple[int, ...]:
     return (FIRST_BATCH,) + (1,) * (len(lead) - 1)
 
 
-def first_call_then_repeat(ctx: CaseContext, seed: int, dist: str, lead: tuple[int, ...]):
-    """Run in a pristine process: the candidate's first calls on a draw at ``lead``
-    (forward, then backward when on), then the trial's calls as a repeat makes them."""
-    first = ctx.draw(seed, dist, lead=lead, salt="first call")
-    ctx.call(ctx.to_device(first))
-    if ctx.grad:
-        ctx.call_backward(ctx.to_device(first), ctx.upstream(seed, lead, salt="first call"))
-    return Determinism(ctx)._repeat(Trial(ctx, seed, dist))
+def first_call_distribution(ctx: CaseContext) -> str:
+    """What a pristine process's first call draws: realistic rows (``normal``, where the
+    case has it), never the trials' overflowing ones (which a kernel may answer by
+    leaving a fast path for good)."""
+    dists = ctx.case.distributions
+    return FIRST_CALL_DISTRIBUTION if FIRST_CALL_DISTRIBUTION in dists or not dists else dists[0]
+
+
+def first_inputs(ctx: CaseContext, seed: int, lead: tuple[int, ...]) -> dict:
+    """Device inputs of a pristine process's first call at ``lead``, drawn alike there
+    and here."""
+    drawn = ctx.draw(seed, first_call_distribution(ctx), lead=lead, salt="first call")
+    return ctx.to_device(drawn)
+
+
+def training_step(ctx: CaseContext, seed: int) -> tuple[list, dict]:
+    """A forward and backward on first-call rows at the case's own lead shape."""
+    ups = ctx.upstream(seed, ctx.lead, salt="first call")
+    return ctx.call_backward(first_inputs(ctx, seed, ctx.lead), ups)
+
+
+def pristine_calls(ctx: CaseContext, seed: int, dist: str, one: tuple, first: str):
+    """Run in a pristine process: ``first`` ("trial": the trial's no-grad call, as a case
+    process's first call; "rollout": a call on ``one`` first-call rows; "training": a
+    training step) as the candidate's first call, then (the rollout call's outputs, the
+    trial's calls as a repeat makes them, the training step's results; these last only
+    when on)."""
+    trial = Trial(ctx, seed, dist)
+    checker = Determinism(ctx)
+
+    def rollout():
+        return [("output", o.detach().cpu()) for o in ctx.call(first_inputs(ctx, seed, one))]
+
+    def training():
+        return checker._backward_results(*training_step(ctx, seed)) if ctx.grad else []
+
+    if first == "training":
+        return None, None, training()
+    if first == "trial":
+        trial.own_call(ctx.call)
+    row, repeat = rollout(), checker._repeat(trial)
+    return row, repeat, training() if first == "trial" else []

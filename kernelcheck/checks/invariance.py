@@ -15,11 +15,14 @@ each of these layouts:
   other address alignments, with another thread count than alone;
 - ``one batch``: the R rows, each several times over, in one batch of ``big_rows``
   (98,304 at short rows, half again past a grid dimension's 65,535 blocks; 16,384 or more at
-  longer ones: an RL micro-batch of 8k-64k tokens) rows, or at long rows of as many as hold
+  longer ones: an RL micro-batch of 8k-96k tokens) rows, or at long rows of as many as hold
   ``big_elements`` (80M, 320 MiB of fp32: 553 rows at the Qwen3 vocab), or of as many
   as take ``big_work`` (2^31) products of the row's dims (linear_logp's tokens x hidden
-  x vocab), with a 3-D lead shape (``lead_3d``) when it factors: the scale where a
-  kernel switches strategy (split reductions, another block count, a size threshold);
+  x vocab), with a 3-D lead shape (``lead_3d``) when it factors, at an odd thread count
+  (13 where it can) that splits the batch's elements off 64-byte boundaries
+  (:func:`split_threads`): the scale where a kernel switches strategy (split
+  reductions, another block count, a size threshold, a flat elementwise pass whose
+  split points fall inside a vector);
 - ``own batch``: up to ``own_rows`` rows of the case's own trial, whose batch call the
   accuracy checks made, against the same rows alone: the case's real shape, at every
   seed of the case (the pool at the first ``max_seeds``): an odd seed masks 15 rows in
@@ -127,6 +130,25 @@ def misaligned_by(shift: int, element_size: int) -> int:
     if shift <= 0:
         return 0
     return 1 + (shift - 1) % max(1, ALIGNMENT // element_size - 1)
+
+
+# the one batch's thread counts to choose from, most first: each split point between two
+# threads' shares is a chance for a vector's scalar tail (13: twelve of them)
+SPLIT_THREADS = (13, 11, 9, 7, 5, 3)
+
+
+def split_threads(elements: int, itemsize: int) -> int:
+    """The one batch's CPU thread count: the first of SPLIT_THREADS at which a flat pass
+    over ``elements`` split evenly across threads (PyTorch's ``parallel_for``: ceil(n /
+    threads) each) starts a thread's share inside a 64-byte vector. A kernel that runs
+    an elementwise step over the whole batch as one flat array (no per-row padding)
+    computes the elements at such a split with its scalar tail, other bits; at 2 or 8
+    threads, or at a round batch, every split falls on a vector boundary."""
+    lanes = max(1, ALIGNMENT // itemsize)
+    for threads in SPLIT_THREADS:
+        if -(-elements // threads) % lanes:
+            return threads
+    return SPLIT_THREADS[0]
 
 
 def placed_rows(
@@ -301,10 +323,24 @@ class _Invariance(Check):
         # the R rows again and again (copies cost nothing to draw), in a seeded order
         order = [r % rows for r in torch.randperm(big, generator=gen).tolist()]
         shape_label, lead = lead_layouts(big, bool(self.params["lead_3d"]))[-1]
-        label = f"one batch of {big} ({shape_label})"
+        itemsize = dtypes.torch_dtype(self.ctx.case.dtype).itemsize
+        threads = split_threads(big * self._row_elements(), itemsize)
+        label = f"one batch of {big} ({shape_label}) at {threads} threads"
         self.progress(label)
-        # at the case's own count: rows outnumber threads here, nothing splits a row
-        self._compare(trial, label, order, run(order, lead), reference)
+        # rows outnumber threads here: a thread's share of rows, never a split row
+        with torch_threads(threads):
+            got = run(order, lead)
+        self._compare(trial, label, order, got, reference)
+
+    def _row_elements(self) -> int:
+        """The elements of one lead row of the widest row-wise input."""
+        op, sizes = self.ctx.op, self.ctx.sizes
+        nlead = len(op.lead)
+        return max(
+            math.prod(sizes[d] for d in spec.shape[nlead:] if d in sizes)
+            for spec in op.inputs
+            if op.is_row_wise(spec)
+        )
 
     def _placed(self, source, index, lead, shift):
         """Fresh device inputs holding rows ``index`` of ``source`` (pool, upstream) in

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernelcheck.checks.determinism import BASE
 from tests.conftest import run_small, with_candidate
 
 
@@ -23,9 +24,10 @@ def test_honest_candidates_are_deterministic_at_every_thread_count(catalog, cand
     before = torch.get_num_threads()
     res = run_small(catalog, candidate, ["determinism"], seeds=[0])["determinism"]
     assert res.status == "pass", res.message
-    # run 1, two repeats, two at 8 threads, one at 3, one in a pristine process, one
-    # under inference_mode, the with-grad outputs
-    assert res.metrics["repeats"] == 9
+    # run 1, two repeats, two at 8 threads, one at 3, three in pristine processes (a
+    # first call, a repeat after it, a training step), one under inference_mode, the
+    # with-grad outputs
+    assert res.metrics["repeats"] == 11
     assert torch.get_num_threads() == before  # restored
 
 
@@ -44,7 +46,7 @@ def test_a_choice_fixed_at_the_process_first_call_fails_in_a_pristine_process(ca
     cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_at_first_call")
     res = run_small(cat, "bug", ["determinism"], seeds=[0])["determinism"]
     assert res.status == "fail", res.message
-    assert "in a pristine process whose first call had lead shape (1, 1)" in res.message
+    assert "pristine process" in res.message and "(1, 1)" in res.message
     assert "output:" in res.message
 
 
@@ -53,7 +55,7 @@ def test_a_single_row_case_begins_its_pristine_process_with_a_batch(catalog):
     shape = {"batch": 1, "seq": 1, "vocab": 1000}
     res = run_small(cat, "bug", ["determinism"], shape=shape, seeds=[0])["determinism"]
     assert res.status == "fail", res.message
-    assert "first call had lead shape (64, 1)" in res.message
+    assert "pristine process" in res.message and "(64, 1)" in res.message
 
 
 def test_the_pristine_process_is_isolated_too(catalog):
@@ -61,3 +63,20 @@ def test_the_pristine_process_is_isolated_too(catalog):
     cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_at_first_call")
     res = run_small(cat, "bug", ["determinism"], seeds=[0], isolate=True)["determinism"]
     assert res.status == "fail" and "pristine process" in res.message, res.message
+
+
+def test_a_fast_path_left_for_good_at_the_first_overflow_fails(catalog):
+    """Every case's first trial holds overflowing rows (``large``), so the case process
+    leaves the fast path at its first call; a pristine process's first call, on normal
+    rows, takes it."""
+    cat = with_candidate(catalog, "bug", "broken_logp:fast_path_until_overflow")
+    res = run_small(cat, "bug", ["determinism"], seeds=[0])["determinism"]
+    assert res.status == "fail", res.message
+    assert "pristine process" in res.message and BASE in res.message
+
+
+def test_a_choice_fixed_by_the_first_call_mode_fails_after_a_training_step(catalog):
+    cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_by_first_call_mode")
+    res = run_small(cat, "bug", ["determinism"], seeds=[0])["determinism"]
+    assert res.status == "fail", res.message
+    assert "whose first call was a training step (normal rows)" in res.message

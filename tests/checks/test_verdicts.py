@@ -55,8 +55,8 @@ def test_honest_candidate_passes_invariance_with_its_stated_coverage(catalog):
         assert r.status == "pass", r.message
         assert r.metrics["compared_rows"] == 300
         assert r.metrics["miss_probability_5pct"] == pytest.approx(miss_probability(300))
-        # every row in small batches, 16,384 placements in one batch, 8 rows of the case
-        assert r.metrics["comparisons"] == 300 + 16384 + 8
+        # every row in small batches, 98,304 placements in one batch, 8 rows of the case
+        assert r.metrics["comparisons"] == 300 + 98304 + 8
 
 
 def test_row_sum_split_for_few_rows_is_caught(catalog):

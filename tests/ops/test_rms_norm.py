@@ -79,6 +79,9 @@ PLANTED_BUGS = [
     ("dense-memory-order", "contract", "fp32", "lead dims permuted"),
     # .backward() over two micro-batches, as a training loop accumulates
     ("weight-grad-accumulated-twice", "contract", "fp32", "accumulated into .grad"),
+    # the mixed-dtype calls' backwards: a dispatch on the weight's dtype, dW in x's
+    ("backward-in-weight-dtype", "contract", "fp32", "gradient 'x' (fp32)"),
+    ("weight-grad-in-x-dtype", "contract", "bf16", "gradient 'weight' (fp32)"),
     # an MoE expert that got no tokens
     ("empty-rows-weight-grad-unwritten", "contract", "fp32", "empty input: gradient"),
 ]

@@ -154,7 +154,7 @@ def test_page_of_a_planted_run(planted):
 
 def test_invariance_grid_shows_which_batches_broke(planted):
     """batch_dependent_order takes a coarser path for batches over 8 rows: the grid puts
-    every mismatch in the batches of 16, the one of 16,384 and the case's own 32 rows, none
+    every mismatch in the batches of 16, the one of 98,304 and the case's own 32 rows, none
     in those of 2 to 7."""
     r = next(
         r for r in planted["results"]
@@ -162,7 +162,7 @@ def test_invariance_grid_shows_which_batches_broke(planted):
     )  # fmt: skip
     rows = [row for layout in r["plots"]["invariance"].values() for row in layout]
     broke = {row["batch"] for row in rows if any(row.get("mismatched") or [])}
-    assert broke == {16, 32, 16384}
+    assert broke == {16, 32, 98304}
     assert sum(sum(row.get("mismatched") or []) for row in rows) == r["metrics"]["mismatched_rows"]
 
 
