@@ -55,8 +55,8 @@ class Determinism(Check):
         "huge_rows": 32768,
         "huge_work": 1 << 29,
         "huge_bytes": 1 << 27,
-        # one more run in a pristine process whose first call had another row count
-        # (runner/pristine.py; 0: none)
+        # runs in pristine processes whose first call was another (runner/pristine.py;
+        # 0: none)
         "pristine": 1,
     }
     summary = (

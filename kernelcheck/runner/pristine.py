@@ -6,8 +6,8 @@ A kernel may fix a choice at its process's first call and keep it: an autotuner 
 batch size. Every later call in that process agrees with the choice, so no repeat and no
 batch layout within one process shows it, while a rollout worker whose first call was one
 sequence and a trainer whose first call was a batch give the same row other bits. A
-check runs ``fn(*args)`` in a pristine process (:meth:`PristineProcesses.run`) and
-compares the bits with its own process's.
+check runs ``fn(*args)`` in pristine processes (:meth:`PristineProcesses.run`) with
+different first calls and compares their bits.
 
 Under an isolated worker the pristine processes are forked from a *zygote*, which the
 worker forks beside each case process (:func:`fork_zygote`): it never loads a candidate,
@@ -95,9 +95,7 @@ def fork_zygote() -> tuple[int, PristineProcesses]:
     descriptors are for the case process forked next; this process closes them after."""
     requests_read, requests_write = os.pipe()
     replies_read, replies_write = os.pipe()
-    with warnings.catch_warnings():  # as worker.py's fork: this process's threads are idle
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+    pid = fork()
     if pid == 0:  # the zygote: it never returns into the worker
         try:
             os.close(requests_write)
@@ -110,8 +108,17 @@ def fork_zygote() -> tuple[int, PristineProcesses]:
     return pid, PristineProcesses(requests_write, replies_read, pid)
 
 
-def _die_with_parent() -> None:
-    """Linux: be killed when the parent dies (a killed case process's zygote, say)."""
+def fork() -> int:
+    """``os.fork()``, quietly: Python 3.12+ warns of any thread, and the forking processes
+    here (the worker, the zygote) hold only idle ones (OpenBLAS's), which are fork-safe."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
+def die_with_parent() -> None:
+    """Linux: be killed when the parent dies (a case process when its worker does, a
+    zygote's fork when the zygote does)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -122,15 +129,13 @@ def _die_with_parent() -> None:
 
 def _zygote(requests_fd: int, replies_fd: int) -> None:
     """Fork one pristine process per request until EOF; report one that crashed."""
-    _die_with_parent()
+    die_with_parent()
     while os.read(requests_fd, 1) == _GO:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+        pid = fork()
         if pid == 0:  # the pristine process: it never returns into this loop
             code = 1
             try:
-                _die_with_parent()
+                die_with_parent()
                 _serve_one(Channel(requests_fd, replies_fd, exact=True))
                 code = 0
             finally:

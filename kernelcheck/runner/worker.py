@@ -19,10 +19,9 @@ import resource
 import signal
 import sys
 import traceback
-import warnings
 
 from kernelcheck.runner.channel import Channel
-from kernelcheck.runner.pristine import PristineProcesses, fork_zygote
+from kernelcheck.runner.pristine import PristineProcesses, die_with_parent, fork, fork_zygote
 
 FRESH = "fresh"  # from the parent: the next case runs in a fresh process
 _RETIRED = b"R"  # from a case process to the worker: it exits because it was told to
@@ -69,9 +68,7 @@ def _case_process(channel: Channel) -> bool:
     """
     zygote, pristine = fork_zygote()  # the case process's pristine processes come from it
     told_read, told_write = os.pipe()
-    with warnings.catch_warnings():  # Python 3.12+ warns of any thread; the one here
-        warnings.simplefilter("ignore", DeprecationWarning)  # (OpenBLAS's) is fork-safe
-        pid = os.fork()
+    pid = fork()
     if pid == 0:  # the case process: it never returns into this loop
         os.close(told_read)
         code = 1
@@ -107,20 +104,9 @@ def _end_as(status: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status))
 
 
-def _die_with_worker() -> None:
-    """Linux: be killed when the worker process dies (the parent kills the process group
-    too, this covers the worker killed alone)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        if os.getppid() == 1:
-            os._exit(1)
-
-
 def _serve(channel: Channel, told_fd: int, pristine: PristineProcesses) -> int:
     """Run the parent's cases until EOF, ``None`` (exit code 0) or :data:`FRESH`."""
-    _die_with_worker()
+    die_with_parent()
     from kernelcheck.runner.case import run_case
     from kernelcheck.runner.poison import poison_cached_device_memory
     from kernelcheck.timing import PhaseClock
