@@ -131,7 +131,7 @@ class BackwardPrecision(Check):
     needs_grad = True
     # a training batch for the gradients of shared inputs: rows up to ``big_rows``, and up
     # to ``big_work`` products of a row's dims (0: none), as ``determinism``'s
-    PARAMS = {"ratio": 2.0, "floor_ulp": 8, "big_rows": 4096, "big_work": 1 << 28}
+    PARAMS = {"ratio": 2.0, "floor_ulp": 8, "big_rows": 4096, "big_work": 1 << 32}
     summary = (
         "each gradient's relative L1 error per row (its scale taken out) <= ratio x an "
         "honest fp32 reference gradient's + a rounding floor, per element class"

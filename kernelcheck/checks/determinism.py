@@ -47,7 +47,7 @@ class Determinism(Check):
         # a training batch for the gradients of shared inputs: rows up to this many, and
         # up to big_work products of a row's dims (0: no such runs)
         "big_rows": 4096,
-        "big_work": 1 << 28,
+        "big_work": 1 << 32,
         # in one case per op (CaseContext.is_big_batch_case, at the grid's first dtype and
         # shape): rows up to this many, up to huge_work products of a row's dims and
         # huge_bytes of row-wise inputs: a kernel may add its weight-gradient partials in

@@ -19,15 +19,29 @@ a test calling ``run_case``) starts a zygote interpreter on first use instead
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import warnings
 
 from kernelcheck.runner.channel import Channel
 
 _GO = b"G"  # to the zygote: fork a pristine process, which reads the request that follows
+
+# Where kernels keep state on disk across processes: compiled kernels, and the choices of
+# autotuners that cache their results (Triton's ``autotune(cache_results=True)``,
+# Inductor's local autotune cache, on by default). A choice made at the first process's
+# first call and kept in such a cache would make every later process agree with it, so
+# each pristine process starts with these pointed at an empty directory of its own.
+KERNEL_CACHE_VARIABLES = (
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "CUPY_CACHE_DIR",
+    "XDG_CACHE_HOME",
+)
 
 
 class PristineProcesses:
@@ -164,12 +178,23 @@ def _serve_one(channel: Channel) -> None:
 
     fn, args = channel.recv()
     try:
-        answer = ("ok", fn(*args))
+        with empty_kernel_caches():
+            answer = ("ok", fn(*args))
     except CandidateFault as exc:
         answer = ("fault", str(exc))
     except Exception as exc:  # noqa: BLE001 - a check's bug, reported as an internal error
         answer = ("error", f"in a pristine process: {type(exc).__name__}: {exc}")
     channel.send(answer)
+
+
+@contextlib.contextmanager
+def empty_kernel_caches():
+    """This (pristine) process's kernel caches in a fresh empty directory, removed after:
+    its first call chooses as a first process's would, whatever earlier ones stored."""
+    with tempfile.TemporaryDirectory(prefix="kernelcheck-pristine-caches-") as root:
+        for name in KERNEL_CACHE_VARIABLES:
+            os.environ[name] = os.path.join(root, name.lower())
+        yield root
 
 
 _spawned: PristineProcesses | None = None

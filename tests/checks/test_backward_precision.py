@@ -4,6 +4,7 @@ dtype, and each shipped op's torch candidate on its default grid."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 
@@ -234,3 +235,30 @@ def test_a_shared_inputs_gradient_is_judged_at_a_training_batch_too(dtype):
     cat = replace(planted, ops={**planted.ops, "rms_norm": op})
     res = run_one(cat, "rms_norm", bug, "backward_precision", dtype, shape)
     assert res.status == "pass", res.message
+
+
+def test_every_shipped_linear_logp_shape_trains_its_weight_at_4096_tokens(catalog):
+    """A training batch is thousands of tokens at every hidden size the grid draws: at the
+    grid's 8 x 1024 x 1000 a budget of 2^28 row products gave 256, short of where a GEMM
+    dispatches a training batch to tensor cores (TF32 from 2,048 tokens)."""
+    from kernelcheck.checks.backward_precision import BackwardPrecision
+
+    op = catalog.ops["linear_logp"]
+    params = BackwardPrecision.PARAMS
+    for sizes in op.grid.shapes:
+        row_work = math.prod(n for d, n in dict(sizes).items() if d not in op.lead)
+        assert min(params["big_rows"], params["big_work"] // row_work) == 4096, sizes
+
+
+@pytest.mark.slow  # two candidates' backward at 4,096 tokens x 1024 x 1000: ~15 s
+def test_a_weight_gradient_in_tf32_from_2048_tokens_fails_at_the_grids_real_hidden_size():
+    from tests.conftest import FIXTURES, run_one
+
+    planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
+    shape = {"tokens": 8, "hidden": 1024, "vocab": 1000}
+    bug = "weight-grad-tf32-for-training-batches"
+    res = run_one(planted, "linear_logp", bug, "backward_precision", "fp32", shape)
+    assert res.status == "fail", res.message
+    assert "gradient:weight, all entries, at a training batch of 4096 rows" in res.message
+    honest = run_one(planted, "linear_logp", "torch", "backward_precision", "fp32", shape)
+    assert honest.status == "pass", honest.message

@@ -80,3 +80,31 @@ def test_a_choice_fixed_by_the_first_call_mode_fails_after_a_training_step(catal
     res = run_small(cat, "bug", ["determinism"], seeds=[0])["determinism"]
     assert res.status == "fail", res.message
     assert "whose first call was a training step (normal rows)" in res.message
+
+
+@pytest.mark.slow  # two candidates' determinism at 4,096 tokens x 1024 x 1000: ~40 s
+def test_weight_gradient_atomics_from_2048_tokens_fail_at_the_grids_real_hidden_size():
+    """The training batch holds 4,096 tokens at hidden 1,024 too (256 before): split-K
+    over many tokens, partials added as they finish, shows there."""
+    from kernelcheck import api
+    from tests.conftest import FIXTURES, run_one
+
+    planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
+    shape = {"tokens": 8, "hidden": 1024, "vocab": 1000}
+    bug = "weight-grad-atomics-for-training-batches"
+    res = run_one(planted, "linear_logp", bug, "determinism", "fp32", shape)
+    assert res.status == "fail", res.message
+    assert "(at 4096 rows, 8 threads) gradient:weight" in res.message, res.message
+    honest = run_one(planted, "linear_logp", "torch", "determinism", "fp32", shape)
+    assert honest.status == "pass", honest.message
+
+
+def test_a_choice_cached_on_disk_fails_in_a_pristine_process(catalog, tmp_path, monkeypatch):
+    """The first process's choice kept in Triton's cache directory: every later process
+    reads it, so pristine processes start with empty kernel caches of their own."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # the isolated worker's too
+    cat = with_candidate(catalog, "bug", "broken_logp:split_cached_on_disk")
+    res = run_small(cat, "bug", ["determinism"], seeds=[0], isolate=True)["determinism"]
+    assert res.status == "fail", res.message
+    assert "pristine process" in res.message and "(1, 1)" in res.message
+    assert list(tmp_path.iterdir()), "the case process cached its choice there"

@@ -9,7 +9,7 @@ import signal
 import pytest
 
 from kernelcheck.checks.outcome import CandidateFault
-from kernelcheck.runner.pristine import fork_zygote, spawned
+from kernelcheck.runner.pristine import KERNEL_CACHE_VARIABLES, fork_zygote, spawned
 
 _calls = 0
 
@@ -19,6 +19,15 @@ def count_calls() -> tuple[int, int]:
     global _calls
     _calls += 1
     return os.getpid(), _calls
+
+
+def kernel_caches() -> dict[str, str]:
+    """This process's kernel cache variables, each directory made and a file left in it."""
+    for name in KERNEL_CACHE_VARIABLES:
+        os.makedirs(os.environ[name], exist_ok=True)
+        with open(os.path.join(os.environ[name], "choice"), "w") as f:
+            f.write("4")
+    return {name: os.environ[name] for name in KERNEL_CACHE_VARIABLES}
 
 
 def raise_fault():
@@ -46,6 +55,16 @@ def test_each_run_is_a_fresh_process_that_never_ran_the_program():
     first, second = spawned().run(count_calls), spawned().run(count_calls)
     assert first[1] == second[1] == 1
     assert len({first[0], second[0], os.getpid()}) == 3
+
+
+def test_each_run_starts_with_empty_kernel_caches_of_its_own(tmp_path, monkeypatch):
+    for name in KERNEL_CACHE_VARIABLES:
+        monkeypatch.setenv(name, str(tmp_path / name))
+    first, second = spawned().run(kernel_caches), spawned().run(kernel_caches)
+    for name in KERNEL_CACHE_VARIABLES:
+        assert first[name] != second[name] and str(tmp_path) not in first[name]
+        assert not os.path.exists(first[name])  # removed when the run ended
+    assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "TRITON_CACHE_DIR")  # here: kept
 
 
 def test_a_fault_a_crash_and_a_bug_come_back_as_what_they_are():
