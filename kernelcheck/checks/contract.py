@@ -123,6 +123,7 @@ class Contract(Check):
             self._calls_from_threads,
             self._fp32_shared_inputs,
             self._narrow_shared_inputs,
+            self._under_autocast,
             self._updated_in_place,
             self._scaled_up,
             self._other_dtypes,
@@ -706,6 +707,45 @@ class Contract(Check):
             tol = ctx.tolerance("forward_accuracy", o.name)
             self._close(f"{label}: output {o.name!r}", "the gold's", tol, g, w)
         self._gradients_against_gold(label, trial, narrow, lead, list(op.grad_inputs))
+        if len(self.problems) == before:
+            self.passed.append(label)
+
+    def _under_autocast(self, trial: Trial) -> None:
+        """The forward under ``torch.autocast`` at bf16 (a model's mixed-precision forward,
+        where a fused loss is called), its backward outside it (``loss.backward()``): the
+        outputs and gradients within twice the contract tolerance of the same calls'
+        without autocast. An op whose matmul autocast lowers (a ``torch.matmul`` in
+        linear_logp's forward, without ``custom_fwd``) rounds its fp32 logits to 8 bits."""
+        ctx, op = self.ctx, self.ctx.op
+        kind = ctx.device.type
+        if not torch.amp.is_autocast_available(kind):
+            self.passed.append(f"no autocast on {kind}: not probed")
+            return
+        head, lead = self._head(trial)
+        label = f"under torch.autocast({kind!r}, bfloat16)"
+        with torch.autocast(kind, dtype=torch.bfloat16):
+            got = ctx.call(ctx.to_device(head))
+        pairs = [
+            (f"output {o.name!r}", ctx.tolerance("forward_accuracy", o.name), g, w)
+            for o, g, w in zip(op.outputs, got, ctx.call(ctx.to_device(head)))
+        ]
+        if ctx.grad:
+            upstream = ctx.upstream(trial.seed, lead)
+            with torch.autocast(kind, dtype=torch.bfloat16):
+                args, outs = ctx.forward_with_grad(ctx.to_device(head), upstream)
+            grads = ctx.backward_of(args, outs, upstream)
+            plain, want = ctx.call_backward(ctx.to_device(head), upstream)
+            pairs += [
+                (f"output {o.name!r} (with grad)", ctx.tolerance("forward_accuracy", o.name), g, w)
+                for o, g, w in zip(op.outputs, outs, plain)
+            ]
+            pairs += [
+                (f"gradient {n!r}", ctx.tolerance("backward_accuracy", n), grads[n], want[n])
+                for n in want
+            ]
+        before = len(self.problems)
+        for what, tol, g, w in pairs:
+            self._close(f"{label}: {what}", "the call's without", tol, g, w, scale=2.0)
         if len(self.problems) == before:
             self.passed.append(label)
 

@@ -43,6 +43,8 @@ PLANTED_BUGS = [
     # logits past exp's range: the grid's stay within +-10
     ("no-max-subtraction", "contract", "hidden x64: output 'logp'"),
     ("backward-softmax-unshifted", "contract", "hidden x64: gradient 'hidden'"),
+    # a model's forward runs under autocast: the grid's calls do not
+    ("matmul-under-autocast", "contract", "under torch.autocast('cpu', bfloat16): output"),
     # 128 tokens and more: the grid's cases hold 64 at most
     ("weight-grad-atomics", "determinism", "(at 4096 rows, 8 threads) gradient:weight"),
 ]
