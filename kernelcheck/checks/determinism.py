@@ -202,10 +202,11 @@ class Determinism(Check):
                     break
 
     def _training_batch(self, trial: Trial) -> None:
-        """Forward and backward on a fresh draw of a training batch's rows, three times at
-        ``threads`` threads: the gradient of a shared input (a norm's weight, an lm_head)
-        sums every row, and a kernel may add its blocks' partial sums in the order they
-        finish once the rows are many (atomics past 1,024 rows), never at the grid's."""
+        """Forward and backward on a fresh draw of a training batch's rows, three times
+        (:meth:`_training_thread_counts`): the gradient of a shared input (a norm's weight,
+        an lm_head) sums every row, and a kernel may add its blocks' partial sums in the
+        order they finish, or one per thread, once the rows are many (past 1,024 rows),
+        never at the grid's."""
         ctx = self.ctx
         rows = ctx.training_rows(int(self.params["big_rows"]), int(self.params["big_work"]))
         if ctx.at_first_grid_case() and ctx.is_big_batch_case():  # one case per op
@@ -219,14 +220,22 @@ class Determinism(Check):
         inputs = ctx.draw(trial.seed, trial.distribution, lead=lead, salt="training batch")
         ups = ctx.upstream(trial.seed, lead, salt="training batch")
         reference = []
-        with torch_threads(int(self.params["threads"])):
-            for r in range(3):
+        for r, threads in enumerate(self._training_thread_counts()):
+            with torch_threads(threads):
                 results = self._backward_results(*ctx.call_backward(ctx.to_device(inputs), ups))
-                if not reference:
-                    reference = results
-                    continue
-                at = f"at {rows} rows, {self.params['threads']} threads"
-                self._judge(trial, reference, results, f"run {r + 1} ({at})")
+            if not reference:
+                reference = results
+                continue
+            self._judge(
+                trial, reference, results, f"run {r + 1} (at {rows} rows, {threads} threads)"
+            )
+
+    def _training_thread_counts(self) -> tuple[int, int, int]:
+        """The training batch's three runs: twice at ``threads`` (partials added as they
+        finish), then at ``odd_threads`` where set (one partial per thread, as one per SM:
+        Liger's norm backward, a split-K over the tokens), else ``threads`` again."""
+        threads, odd = int(self.params["threads"]), int(self.params["odd_threads"])
+        return threads, threads, odd or threads
 
     def _compare(self, reference: list, results: list) -> str:
         """The first difference of one repeat from run 1 ('' when none)."""

@@ -64,6 +64,8 @@ PLANTED_BUGS = [
     ("eps-compiled-into-cache", "contract", "fp32", "eps=1e-05 after a call at eps=1e-06"),
     # atomics past 1,024 rows: the grid's rows never get there
     ("weight-grad-in-finish-order", "determinism", "fp32", "(at 4096 rows, 8 threads)"),
+    # one partial per thread (per SM): the same bits at one thread count, not at another
+    ("weight-grad-one-partial-per-thread", "determinism", "fp32", "(at 4096 rows, 3 threads)"),
     # 16-bit dW partials, one per 64-row group: one row each at the grid's rows
     ("weight-grad-partials-in-x-dtype", "backward_precision", "bf16", "training batch of 4096"),
     # whole 2,048-wide tiles only, at multiples of 256: 2^k and 2^k +- 1 never show it
