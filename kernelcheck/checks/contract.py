@@ -64,6 +64,21 @@ def _lead_reversed_in_memory(v: torch.Tensor, nlead: int) -> torch.Tensor:
     return v.permute(order).contiguous().permute(order)
 
 
+def _past_storage_start(v: torch.Tensor) -> torch.Tensor:
+    """``v``'s values in a contiguous view one element into its storage (``ids[:, 1:]`` of
+    one sequence, a parameter in FSDP's flat buffer), the element before it poisoned
+    (NaN, or ``v``'s last value): a kernel that reads from the storage's start instead of
+    ``data_ptr()`` reads everything one element early."""
+    flat = v.reshape(-1)
+    buf = torch.empty(flat.numel() + 1, dtype=v.dtype, device=v.device)
+    if v.is_floating_point():
+        buf[0] = float("nan")
+    else:
+        buf[0] = flat[-1] if flat.numel() else 0
+    buf[1:] = flat
+    return buf[1:].view(v.shape)
+
+
 def plant_out_of_range(ctx, inputs: dict) -> tuple[list[int], list[int]]:
     """Put the op's out-of-range index values into every other row of ``inputs`` (in place),
     or into consecutive rows where every other row is too few to hold each value once.
@@ -423,6 +438,7 @@ class Contract(Check):
     def _strided(self, trial: Trial) -> None:
         """Non-contiguous inputs give the bits of their contiguous copies, forward and
         backward: rows padded (all row-wise inputs, then each alone), every other column,
+        every input (ids and weights too) contiguous but one element into its storage,
         every other row, the shifted-token views of RL (``logits[:, :-1]`` with
         ``ids[:, 1:]``), whose lead dims do not flatten into one stride, and lead dims
         permuted in memory (dense, not contiguous: [s, b, h] seen as [b, s, h]): a kernel that
@@ -431,7 +447,10 @@ class Contract(Check):
         hides the next."""
         before = len(self.problems)
         for label, views, lead in self._strided_views(trial):
-            contiguous = {k: v.contiguous() for k, v in views.items()}
+            # fresh copies: a view that is contiguous already gets one at offset 0 too
+            contiguous = {
+                k: v.clone(memory_format=torch.contiguous_format) for k, v in views.items()
+            }
             upstream = self.ctx.upstream(trial.seed, lead)
             try:
                 self._same_bits(label, views, contiguous)
@@ -471,6 +490,8 @@ class Contract(Check):
                 v = wide[..., ::2]
             columns[k] = v
         yield "column-strided view", columns, (n,)
+        past = {k: _past_storage_start(v) for k, v in self.ctx.to_device(head).items()}
+        yield "contiguous views past their storage's start", past, (n,)
         if not op.lead:
             return
         double = self.ctx.draw(trial.seed, trial.distribution, lead=(2 * n,), salt="strided")

@@ -97,12 +97,22 @@ def test_the_drawn_trials_meet_a_training_path_that_reads_past_its_row(catalog):
     assert res.status == "fail" and "output (with grad)" in res.message, res.message
 
 
-def test_a_cache_keyed_without_the_mask_switch_fails_where_the_case_has_no_mask(catalog):
-    """A case without a mask calls the kernel with one too (and the reverse), in its own
-    process: a build compiled without the mask must not serve a masked call."""
-    cat = with_candidate(catalog, "bug", "broken_logp:mask_presence_cached")
+@pytest.mark.parametrize(
+    "bug,says",
+    [
+        # a case without a mask calls the kernel with one too (and the reverse), in its own
+        # process: a build compiled without the mask must not serve a masked call
+        ("mask_presence_cached", "with_mask=true after a call at with_mask=false: output"),
+        # one sequence's shifted labels, ``input_ids[:, 1:]``, are contiguous one element
+        # into their storage: a kernel that reads from the storage's start reads every id
+        # early (no other layout has a contiguous integer input past its storage's start)
+        ("targets_from_storage_start", "contiguous views past their storage's start: output"),
+    ],
+)
+def test_a_contract_layout_or_call_that_the_grid_never_makes_fails(catalog, bug, says):
+    cat = with_candidate(catalog, "bug", f"broken_logp:{bug}")
     res = run_small(cat, "bug", ["contract"], seeds=[0])["contract"]
     assert res.status == "fail", res.message
-    assert "with_mask=true after a call at with_mask=false: output 'logp'" in res.message
+    assert says in res.message, res.message
     honest = run_small(catalog, "torch", ["contract"], seeds=[0])["contract"]
     assert honest.status == "pass", honest.message
