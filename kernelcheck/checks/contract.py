@@ -606,37 +606,54 @@ class Contract(Check):
             )
 
     def _updated_in_place(self, trial: Trial) -> None:
-        """The inputs updated in place between two calls, the same tensors with new values:
-        the shared floats negated (exact; an optimizer step writes the weights where they
-        are), the row-wise inputs' rows rolled by one (a static buffer refilled with the
-        next batch). Written through ``.data``, which leaves the version counter as it was
-        (DeepSpeed's parameter refresh, a static input buffer). The second call's outputs
-        must be within the contract tolerance of the gold of the new values. A kernel that
-        caches something derived from an input (an fp32 copy of a weight, a packed layout,
-        a result) keyed by its address, identity or version serves the old one. Then the
-        same with grad, the grad inputs the same leaf tensors in both calls, as a training
-        step's parameters are: outputs against the gold, gradients against a fresh call's
-        (a cache kept on the training path only: a reference model's logps reused across
-        PPO epochs)."""
-        ctx, op = self.ctx, self.ctx.op
+        """The inputs updated in place between two calls, the same tensors with new values
+        (:meth:`_refills`). Written through ``.data``, which leaves the version counter as
+        it was (DeepSpeed's parameter refresh, a static input buffer). The second call's
+        outputs must be within the contract tolerance of the gold of the new values. A
+        kernel that caches something derived from an input (an fp32 copy of a weight, a
+        packed layout, a result) keyed by its address, identity, version or a sample of
+        its elements serves the old one. Then the same with grad, the grad inputs the
+        same leaf tensors in both calls, as a training step's parameters are: outputs
+        against the gold, gradients against a fresh call's (a cache kept on the training
+        path only: a reference model's logps reused across PPO epochs)."""
+        ctx = self.ctx
         head, lead = self._head(trial)
+        for how, new in self._refills(head, lead):
+            names = [k for k in head if not torch.equal(new[k], head[k])]
+            if not names:
+                continue
+            label = f"{', '.join(names)} updated in place between calls, {how}"
+            before = len(self.problems)
+            dev = ctx.to_device(head)
+            ctx.call(dev)
+            _refill(dev, new, names)
+            self._judge_outputs(f"{label}: output", ctx.call(dev), new, lead)
+            if ctx.grad:
+                self._updated_with_grad(trial, new, names, f"{label} (with grad)")
+            if len(self.problems) == before:
+                self.passed.append(label + (", also with grad" if ctx.grad else ""))
+
+    def _refills(self, head: dict, lead) -> Iterator[tuple[str, dict]]:
+        """(how, new values) of each in-place update: the shared floats negated (exact; an
+        optimizer step writes the weights where they are) and the row-wise inputs' rows
+        rolled by one (a static buffer refilled with the next batch); then the row-wise
+        float inputs' last row alone, given the first row's values, every id, mask and
+        other element kept (the same tokens scored again by a refreshed model): a key
+        that samples the leading elements (a fingerprint of the first 64) sees no change."""
+        op = self.ctx.op
         shared = self._shared_floats(head)
         new = {k: -v if k in shared else v for k, v in head.items()}
         if lead[0] > 1:
             new = {k: v.roll(1, 0) if op.is_row_wise(op.input(k)) else v for k, v in new.items()}
-        names = [k for k in head if not torch.equal(new[k], head[k])]
-        if not names:
+        yield "rows rolled, weights negated", new
+        if lead[0] < 2:
             return
-        label = f"{', '.join(names)} updated in place between calls"
-        before = len(self.problems)
-        dev = ctx.to_device(head)
-        ctx.call(dev)
-        _refill(dev, new, names)
-        self._judge_outputs(f"{label}: output", ctx.call(dev), new, lead)
-        if ctx.grad:
-            self._updated_with_grad(trial, new, names, f"{label} (with grad)")
-        if len(self.problems) == before:
-            self.passed.append(label + (", also with grad" if ctx.grad else ""))
+        tail = dict(head)
+        for k, v in head.items():
+            if op.is_row_wise(op.input(k)) and v.is_floating_point():
+                tail[k] = v.clone()
+                tail[k][-1] = v[0]
+        yield "the last row's floats alone", tail
 
     def _updated_with_grad(self, trial: Trial, new: dict, names: list, label: str) -> None:
         """:meth:`_updated_in_place`'s second half: two forward and backward calls on the

@@ -37,7 +37,9 @@ PLANTED_BUGS = [
     ("clamps-ids", "action_ids=-1 at an active position (attention_mask true) did not raise"),
     ("every-grad-assumed", "unused_outputs: candidate backward raised"),
     ("ignore-index-exempt", "action_ids=-100 at an active position"),
-    ("reference-cached-while-training", "updated in place between calls (with grad): output"),
+    ("reference-cached-while-training", "between calls, rows rolled, weights negated (with grad)"),
+    # keyed by a sample of the leading elements: a refill of the last row alone
+    ("reference-cached-by-sample", "between calls, the last row's floats alone (with grad)"),
 ]
 
 
