@@ -137,6 +137,8 @@ class Determinism(Check):
         seed, dist, one = trial.seed, trial.distribution, first_call_lead(ctx.lead)
         drawn = first_call_distribution(ctx)
         firsts = ["trial", "rollout", "training"] if ctx.grad else ["trial", "rollout"]
+        other = other_dtype(ctx)
+        firsts += ["dtype"] if other else []
 
         def run_all() -> dict:
             ctx.progress(self.name, "pristine processes: the case's first call, then others")
@@ -152,6 +154,7 @@ class Determinism(Check):
                 "training",
                 f"a pristine process whose first call was a training step ({drawn} rows):",
             ),
+            (1, "dtype", f"a pristine process whose first call was in {other}: the trial's calls"),
         ]
         pairs = [p for p in pairs if p[1] in runs]
         differ = [p for p in pairs if self._compare(runs["trial"][p[0]], runs[p[1]][p[0]])]
@@ -306,6 +309,19 @@ def first_inputs(ctx: CaseContext, seed: int, lead: tuple[int, ...]) -> dict:
     return ctx.to_device(drawn)
 
 
+def other_dtype(ctx: CaseContext) -> str | None:
+    """The grid's first dtype other than the case's: a process's first call may be in any
+    (an evaluation in fp32 before bf16 training), and a choice keyed without the dtype
+    (an autotuner keyed on the vocab alone) keeps what that call picked."""
+    return next((d for d in ctx.op.grid.dtypes if d != ctx.case.dtype), None)
+
+
+def in_dtype(inputs: dict, ctx: CaseContext, short: str) -> dict:
+    """``inputs`` with those in the case's dtype cast to ``short``'s."""
+    case, to = dtypes.torch_dtype(ctx.case.dtype), dtypes.torch_dtype(short)
+    return {k: v.to(to) if v.dtype == case else v for k, v in inputs.items()}
+
+
 def training_step(ctx: CaseContext, seed: int) -> tuple[list, dict]:
     """A forward and backward on first-call rows at the case's own lead shape."""
     ups = ctx.upstream(seed, ctx.lead, salt="first call")
@@ -329,6 +345,9 @@ def pristine_calls(ctx: CaseContext, seed: int, dist: str, one: tuple, first: st
 
     if first == "training":
         return None, None, training()
+    if first == "dtype":  # the case's rows in another dtype, then the trial's calls
+        ctx.call(in_dtype(first_inputs(ctx, seed, ctx.lead), ctx, other_dtype(ctx)))
+        return None, checker._repeat(trial), []
     if first == "trial":
         trial.own_call(ctx.call)
     row, repeat = rollout(), checker._repeat(trial)

@@ -24,10 +24,10 @@ def test_honest_candidates_are_deterministic_at_every_thread_count(catalog, cand
     before = torch.get_num_threads()
     res = run_small(catalog, candidate, ["determinism"], seeds=[0])["determinism"]
     assert res.status == "pass", res.message
-    # run 1, two repeats, two at 8 threads, one at 3, three in pristine processes (a
-    # first call, a repeat after it, a training step), one under inference_mode, the
-    # with-grad outputs
-    assert res.metrics["repeats"] == 11
+    # run 1, two repeats, two at 8 threads, one at 3, four in pristine processes (a
+    # first call, a repeat after it, a training step, a repeat after a call in another
+    # dtype), one under inference_mode, the with-grad outputs
+    assert res.metrics["repeats"] == 12
     assert torch.get_num_threads() == before  # restored
 
 
@@ -48,6 +48,15 @@ def test_a_choice_fixed_at_the_process_first_call_fails_in_a_pristine_process(ca
     assert res.status == "fail", res.message
     assert "pristine process" in res.message and "(1, 1)" in res.message
     assert "output:" in res.message
+
+
+def test_a_choice_fixed_by_the_first_calls_dtype_fails_in_a_pristine_process(catalog):
+    """An autotuner keyed on the vocab alone keeps what the process's first call's dtype
+    chose: a process that began with bf16 rows gives fp32 rows other bits."""
+    cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_by_first_dtype")
+    res = run_small(cat, "bug", ["determinism"], seeds=[0])["determinism"]
+    assert res.status == "fail", res.message
+    assert "first call was in bf16: the trial's calls" in res.message, res.message
 
 
 def test_a_single_row_case_begins_its_pristine_process_with_a_batch(catalog):
