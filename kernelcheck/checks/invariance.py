@@ -67,6 +67,10 @@ FEW_THREADS = 1  # the other small batches' count: no reduction is split at one 
 # threads (split-K for a small batch) splits nothing at 2 threads, and a server's 64
 # cores would split it
 MANY_THREADS_AT_LEAST = 8
+# a few rows alone again at this many threads (a server's cores; a GPU's SMs): a kernel
+# may split a row across threads only past a count (more threads than 8 and than rows),
+# which all the pool at WIDE_THREADS would cost too much to show (1.6x the default run)
+WIDE_THREADS, WIDE_ROWS = 32, 16
 
 
 def thread_counts() -> tuple[int, int]:
@@ -320,6 +324,7 @@ class _Invariance(Check):
             placed = self._offset_bytes(k + 1 if misalign else 0)
             self._compare(trial, label, batch, got, reference, lead=lead, placed=placed)
 
+        self._wide_alone(trial, run, rows, reference)
         # the R rows again and again (copies cost nothing to draw), in a seeded order
         order = [r % rows for r in torch.randperm(big, generator=gen).tolist()]
         shape_label, lead = lead_layouts(big, bool(self.params["lead_3d"]))[-1]
@@ -392,6 +397,15 @@ class _Invariance(Check):
         results = [r[take].clone() for r in own]
         trial.finished(self.name)  # a Qwen3 trial's gradient is freed before the pool is drawn
         return take, results
+
+    def _wide_alone(self, trial: Trial, run, rows: int, reference) -> None:
+        """``WIDE_ROWS`` pool rows, spread over the pool (its distributions), alone again
+        at ``WIDE_THREADS`` threads."""
+        label = f"rows alone at {WIDE_THREADS} threads"
+        self.progress(label)
+        with torch_threads(WIDE_THREADS):
+            for r in sorted({i * rows // WIDE_ROWS for i in range(WIDE_ROWS)}):
+                self._compare(trial, label, [r], run([r], (1,)), reference, lead=(1,))
 
     def _compare_own(self, trial: Trial, own) -> None:
         """The sampled rows of the case's own batch against the same rows alone."""

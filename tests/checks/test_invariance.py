@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelcheck.checks.invariance import ODD_SIZES, thread_counts
+from kernelcheck.checks.invariance import ODD_SIZES, WIDE_ROWS, thread_counts
 from tests.conftest import run_fp32, run_one, run_small, with_candidate, with_grid_shapes
 
 SHAPE = {"batch": 2, "seq": 16, "vocab": 257}
@@ -37,6 +37,18 @@ def test_each_layout_catches_its_bug(catalog, bug, layout, threads):
     assert res.status == "fail", res.message
     assert layout in res.message
     assert any(layout in k for k in res.metrics["mismatched_by_layout"])
+
+
+def test_a_row_split_only_past_8_threads_fails_at_the_wide_thread_count(catalog):
+    """A few rows alone run again at WIDE_THREADS (32): a kernel that splits a row only
+    where there are more than 8 threads (a server's cores) passes every other layout."""
+    from kernelcheck.checks.invariance import WIDE_THREADS
+
+    assert WIDE_THREADS > 8 and WIDE_ROWS
+    res = _run(catalog, "splits_rows_past_8_threads", ["forward_invariance"])
+    res = res["forward_invariance"]
+    assert res.status == "fail", res.message
+    assert f"rows alone at {WIDE_THREADS} threads" in res.message, res.message
 
 
 def test_a_split_k_for_batches_of_one_on_8_threads_fails_on_2_cores(catalog):
@@ -75,8 +87,9 @@ def test_honest_candidates_pass_every_layout(catalog, candidate):
         assert any(label.startswith("one batch of 98304") for label in layouts), layouts
         assert any(label.startswith("own batch of 32") for label in layouts), layouts
         assert any(all(f"/{n}" in label for n in ODD_SIZES) for label in layouts), layouts
-        # 300 rows in small batches, 98,304 placements of them in one batch, 32 of the case's
-        assert r.metrics["comparisons"] == 300 + 98304 + 32
+        # 300 rows in small batches, a few alone at WIDE_THREADS, 98,304 placements of them in
+        # one batch, 32 of the case's
+        assert r.metrics["comparisons"] == 300 + WIDE_ROWS + 98304 + 32
 
 
 def test_alone_runs_at_two_threads_or_more_and_half_the_batches_at_one():
@@ -148,7 +161,8 @@ def test_a_split_k_for_few_tokens_at_a_real_hidden_size_fails(catalog):
         res = run_one(cat, "linear_logp", "bug", "forward_invariance", "fp32", shape, seeds=[0])
         assert res.status == status, (shape, res.message)
         if status == "fail":
-            assert "batches of" in res.message and res.metrics["comparisons"] == 300 + 2097 + 8
+            assert "batches of" in res.message
+            assert res.metrics["comparisons"] == 300 + WIDE_ROWS + 2097 + 8
 
 
 def test_a_second_shape_of_the_same_rows_judges_its_own_batch_only(catalog):

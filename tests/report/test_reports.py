@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from kernelcheck import api
+from kernelcheck.checks.invariance import WIDE_ROWS
 from kernelcheck.report import render_table, to_json, to_junit, to_markdown, to_plain
 from kernelcheck.report.json_report import dumps_report
 from tests.conftest import with_candidate
@@ -95,7 +96,9 @@ def test_json_plot_data_is_bounded_and_one_line_per_array(report):
         if r["candidate"] == "torch" and r["check"] == "forward_invariance"
     )
     compared = sum(sum(row["compared"]) for rows in grid.values() for row in rows)
-    assert compared == inv["metrics"]["comparisons"] == 300 + 98304 + 32  # every placement
+    assert (
+        compared == inv["metrics"]["comparisons"] == 300 + WIDE_ROWS + 98304 + 32
+    )  # every placement
     assert re.search(r'"max_abs": \[[-0-9.e, ]+\],?\n', text)  # 64 numbers, one line
 
 
