@@ -126,6 +126,27 @@ class CaseContext:
         )
 
     @property
+    def other_dtypes(self) -> list[str]:
+        """The grid's dtypes other than the case's, in grid order: a process may call the
+        kernel in any of them before or after this case's (an evaluation in fp32 before
+        bf16 training), and a choice or cache keyed without the dtype keeps that call's."""
+        return [d for d in self.op.grid.dtypes if d != self.case.dtype]
+
+    def case_dtype_inputs(self, inputs: dict[str, torch.Tensor]) -> list[str]:
+        """The float inputs the spec draws in the case's dtype (``dtype = "case"``): what
+        a call in another dtype changes."""
+        return [
+            s.name
+            for s in self.op.inputs
+            if s.dtype == "case" and s.name in inputs and inputs[s.name].is_floating_point()
+        ]
+
+    def in_dtype(self, inputs: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
+        """``inputs`` with the case-dtype ones cast to ``dtype`` (the others kept)."""
+        cast, to = set(self.case_dtype_inputs(inputs)), dtypes.torch_dtype(dtype)
+        return {k: v.to(to) if k in cast else v for k, v in inputs.items()}
+
+    @property
     def shared_grad_inputs(self) -> list[str]:
         """The grad inputs that are not row-wise (a norm's weight, an lm_head): their
         gradient sums every row, which a training batch exercises."""

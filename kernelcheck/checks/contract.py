@@ -10,6 +10,7 @@ backward handed a non-contiguous upstream gradient, as autograd hands one to a k
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -754,33 +755,20 @@ class Contract(Check):
         outputs and gradients within twice the contract tolerance of the same calls'
         without autocast. An op whose matmul autocast lowers (a ``torch.matmul`` in
         linear_logp's forward, without ``custom_fwd``) rounds its fp32 logits to 8 bits."""
-        ctx, op = self.ctx, self.ctx.op
+        ctx = self.ctx
         kind = ctx.device.type
         if not torch.amp.is_autocast_available(kind):
             self.passed.append(f"no autocast on {kind}: not probed")
             return
         head, lead = self._head(trial)
         label = f"under torch.autocast({kind!r}, bfloat16)"
-        with torch.autocast(kind, dtype=torch.bfloat16):
-            got = ctx.call(ctx.to_device(head))
-        pairs = [
-            (f"output {o.name!r}", ctx.tolerance("forward_accuracy", o.name), g, w)
-            for o, g, w in zip(op.outputs, got, ctx.call(ctx.to_device(head)))
-        ]
-        if ctx.grad:
-            upstream = ctx.upstream(trial.seed, lead)
-            with torch.autocast(kind, dtype=torch.bfloat16):
-                args, outs = ctx.forward_with_grad(ctx.to_device(head), upstream)
-            grads = ctx.backward_of(args, outs, upstream)
-            plain, want = ctx.call_backward(ctx.to_device(head), upstream)
-            pairs += [
-                (f"output {o.name!r} (with grad)", ctx.tolerance("forward_accuracy", o.name), g, w)
-                for o, g, w in zip(op.outputs, outs, plain)
-            ]
-            pairs += [
-                (f"gradient {n!r}", ctx.tolerance("backward_accuracy", n), grads[n], want[n])
-                for n in want
-            ]
+        pairs = self._value_pairs(
+            trial,
+            ctx.to_device(head),
+            ctx.to_device(head),
+            lead,
+            around=lambda: torch.autocast(kind, dtype=torch.bfloat16),
+        )
         before = len(self.problems)
         for what, tol, g, w in pairs:
             self._close(f"{label}: {what}", "the call's without", tol, g, w, scale=2.0)
@@ -827,20 +815,32 @@ class Contract(Check):
             self.passed.append(f"{label} refused: {exc}")
             return None
 
-    def _value_pairs(self, trial: Trial, probe: dict, plain: dict, lead) -> list[tuple]:
-        """(what, tolerance, got, want) of each output and gradient of the calls on
-        ``probe`` against those on ``plain`` (a raise in ``probe``'s calls propagates)."""
+    def _value_pairs(
+        self, trial: Trial, probe: dict, plain: dict, lead, around=contextlib.nullcontext
+    ) -> list[tuple]:
+        """(what, tolerance, got, want) of each output (without and with grad) and gradient
+        of the calls on ``probe`` against those on ``plain``; ``around()`` is entered
+        around the probe's forwards alone, its backward outside (``loss.backward()``
+        after an autocast forward). A raise in ``probe``'s calls propagates."""
         ctx, op = self.ctx, self.ctx.op
+        with around():
+            got = ctx.call(probe)
         pairs = [
             (f"output {o.name!r}", ctx.tolerance("forward_accuracy", o.name), g, w)
-            for o, g, w in zip(op.outputs, ctx.call(probe), ctx.call(plain))
+            for o, g, w in zip(op.outputs, got, ctx.call(plain))
         ]
         if ctx.grad:
             upstream = ctx.upstream(trial.seed, lead)
-            _, got = ctx.call_backward(probe, upstream)
-            _, want = ctx.call_backward(plain, upstream)
+            with around():
+                args, outs = ctx.forward_with_grad(probe, upstream)
+            grads = ctx.backward_of(args, outs, upstream)
+            plain_outs, want = ctx.call_backward(plain, upstream)
             pairs += [
-                (f"gradient {n!r}", ctx.tolerance("backward_accuracy", n), got[n], want[n])
+                (f"output {o.name!r} (with grad)", ctx.tolerance("forward_accuracy", o.name), g, w)
+                for o, g, w in zip(op.outputs, outs, plain_outs)
+            ]
+            pairs += [
+                (f"gradient {n!r}", ctx.tolerance("backward_accuracy", n), grads[n], want[n])
                 for n in want
             ]
         return pairs
@@ -895,18 +895,13 @@ class Contract(Check):
         its own, which would never see a second dtype otherwise."""
         ctx, op = self.ctx, self.ctx.op
         head, lead = self._head(trial)
-        cased = [
-            s.name for s in op.inputs if s.dtype == "case" and head[s.name].is_floating_point()
-        ]
-        others = [d for d in op.grid.dtypes if d != ctx.case.dtype]
+        cased, others = ctx.case_dtype_inputs(head), ctx.other_dtypes
         if not cased or not others:
             return
 
         def calls_in_other_dtypes() -> list[str]:
             for d in others:
-                inputs = {
-                    k: v.to(dtypes.torch_dtype(d)) if k in cased else v for k, v in head.items()
-                }
+                inputs = ctx.in_dtype(head, d)
                 if any(_overflows(head[k], inputs[k]) for k in cased):
                     continue  # a value past the dtype's range: another input, not this probe's
                 outs = ctx.call(ctx.to_device(inputs))

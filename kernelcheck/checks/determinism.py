@@ -310,16 +310,9 @@ def first_inputs(ctx: CaseContext, seed: int, lead: tuple[int, ...]) -> dict:
 
 
 def other_dtype(ctx: CaseContext) -> str | None:
-    """The grid's first dtype other than the case's: a process's first call may be in any
-    (an evaluation in fp32 before bf16 training), and a choice keyed without the dtype
-    (an autotuner keyed on the vocab alone) keeps what that call picked."""
-    return next((d for d in ctx.op.grid.dtypes if d != ctx.case.dtype), None)
-
-
-def in_dtype(inputs: dict, ctx: CaseContext, short: str) -> dict:
-    """``inputs`` with those in the case's dtype cast to ``short``'s."""
-    case, to = dtypes.torch_dtype(ctx.case.dtype), dtypes.torch_dtype(short)
-    return {k: v.to(to) if v.dtype == case else v for k, v in inputs.items()}
+    """The grid's first dtype other than the case's: a pristine process's first call in
+    it (an autotuner keyed on the vocab alone keeps what that call picked)."""
+    return next(iter(ctx.other_dtypes), None)
 
 
 def training_step(ctx: CaseContext, seed: int) -> tuple[list, dict]:
@@ -346,7 +339,7 @@ def pristine_calls(ctx: CaseContext, seed: int, dist: str, one: tuple, first: st
     if first == "training":
         return None, None, training()
     if first == "dtype":  # the case's rows in another dtype, then the trial's calls
-        ctx.call(in_dtype(first_inputs(ctx, seed, ctx.lead), ctx, other_dtype(ctx)))
+        ctx.call(ctx.in_dtype(first_inputs(ctx, seed, ctx.lead), other_dtype(ctx)))
         return None, checker._repeat(trial), []
     if first == "trial":
         trial.own_call(ctx.call)

@@ -19,8 +19,8 @@ a test calling ``run_case``) starts a zygote interpreter on first use instead
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -145,11 +145,14 @@ def _zygote(requests_fd: int, replies_fd: int) -> None:
     """Fork one pristine process per request until EOF; report one that crashed."""
     die_with_parent()
     while os.read(requests_fd, 1) == _GO:
+        # made and removed here, so a process killed mid-run leaves no directory behind
+        caches = tempfile.mkdtemp(prefix="kernelcheck-pristine-caches-")
         pid = fork()
         if pid == 0:  # the pristine process: it never returns into this loop
             code = 1
             try:
                 die_with_parent()
+                point_kernel_caches(caches)
                 _serve_one(Channel(requests_fd, replies_fd, exact=True))
                 code = 0
             finally:
@@ -157,6 +160,7 @@ def _zygote(requests_fd: int, replies_fd: int) -> None:
                 sys.stderr.flush()
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
+        shutil.rmtree(caches, ignore_errors=True)
         if status != 0:  # it died before it answered: answer for it
             Channel(-1, replies_fd).send(("crashed", _describe(status)))
 
@@ -178,8 +182,7 @@ def _serve_one(channel: Channel) -> None:
 
     fn, args = channel.recv()
     try:
-        with empty_kernel_caches():
-            answer = ("ok", fn(*args))
+        answer = ("ok", fn(*args))
     except CandidateFault as exc:
         answer = ("fault", str(exc))
     except Exception as exc:  # noqa: BLE001 - a check's bug, reported as an internal error
@@ -187,14 +190,11 @@ def _serve_one(channel: Channel) -> None:
     channel.send(answer)
 
 
-@contextlib.contextmanager
-def empty_kernel_caches():
-    """This (pristine) process's kernel caches in a fresh empty directory, removed after:
-    its first call chooses as a first process's would, whatever earlier ones stored."""
-    with tempfile.TemporaryDirectory(prefix="kernelcheck-pristine-caches-") as root:
-        for name in KERNEL_CACHE_VARIABLES:
-            os.environ[name] = os.path.join(root, name.lower())
-        yield root
+def point_kernel_caches(root: str) -> None:
+    """This (pristine) process's kernel caches in the empty directory ``root``: its first
+    call chooses as a first process's would, whatever earlier ones stored."""
+    for name in KERNEL_CACHE_VARIABLES:
+        os.environ[name] = os.path.join(root, name.lower())
 
 
 _spawned: PristineProcesses | None = None

@@ -3,6 +3,7 @@ zygote that never ran the program, and what goes wrong there comes back as a fau
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -28,6 +29,13 @@ def kernel_caches() -> dict[str, str]:
         with open(os.path.join(os.environ[name], "choice"), "w") as f:
             f.write("4")
     return {name: os.environ[name] for name in KERNEL_CACHE_VARIABLES}
+
+
+def fill_caches_and_crash(record: str):
+    """Fill the kernel caches, note where they are in ``record``, then die by a signal."""
+    with open(record, "w") as f:
+        json.dump(kernel_caches(), f)
+    crash()
 
 
 def raise_fault():
@@ -65,6 +73,14 @@ def test_each_run_starts_with_empty_kernel_caches_of_its_own(tmp_path, monkeypat
         assert first[name] != second[name] and str(tmp_path) not in first[name]
         assert not os.path.exists(first[name])  # removed when the run ended
     assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "TRITON_CACHE_DIR")  # here: kept
+
+
+def test_a_run_killed_mid_call_leaves_no_cache_directory_behind(tmp_path):
+    record = tmp_path / "caches"
+    with pytest.raises(CandidateFault, match="killed by SIGSEGV"):
+        spawned().run(fill_caches_and_crash, str(record))
+    caches = json.loads(record.read_text())
+    assert caches and not any(os.path.exists(path) for path in caches.values())
 
 
 def test_a_fault_a_crash_and_a_bug_come_back_as_what_they_are():
