@@ -23,6 +23,11 @@ from kernelcheck.spec.model import InputSpec, OpSpec, eval_dim_expr
 MASKED_FRACTION = 0.3
 # an lm row's selected entry holds 1 - 10^-u of its softmax, u uniform in this range
 CONFIDENT_LOG10_Q = (0.3, 3.0)
+# In a 16-bit case another lm row in four has its selected entry this many nats below the
+# logsumexp, uniform: a probability subnormal in fp32 (e^-87.3 to e^-103.3). Its dtype
+# rounds the logit by at most 0.25 there. Not in fp32 cases: there the contract's 1e-5 is
+# 1.3 ulp of such a logp, which an honest kernel's roundings may exceed.
+DEEP_NATS = (88.5, 102.5)
 INDEX_IGNORED = -100
 # A share of every index input's entries is set to edge columns (edge_columns), in
 # order: a tiled kernel's bugs sit at a tile's first and last column and at the dim's
@@ -57,7 +62,8 @@ DISTRIBUTIONS = {
     "lm": "LM-like logits: std 4-8 per row and a peaked head of 8 tokens near the tail's top; "
     "catches a lossy fp32 sum at real logit scales. In every other row the selected entry "
     "(an index input's) holds 50% to 99.9% of the softmax, as an RL rollout's own sampled "
-    "token mostly does: its gradient g (1 - p) cancels there",
+    "token mostly does: its gradient g (1 - p) cancels there; in 16-bit cases one in four "
+    "of the others holds e^-88.5 to e^-102.5 (subnormal in fp32)",
     "zero_rows": "every 4th row all zeros (padding), the rest standard normal: a norm "
     "without eps gives NaN there",
     "tiny_rows": "every 4th row scaled to about 1e-18 (fp16: 1e-4), the rest standard normal: "
@@ -476,8 +482,21 @@ def _confident(
     p = 1 - 10^-u of the row's softmax (u uniform in CONFIDENT_LOG10_Q: p from 0.5 to
     0.999), as an RL rollout's own sampled token mostly is. Its gradient g (1 - p)
     cancels there: a backward that forms it from a 16-bit p (Liger's cross-entropy adds
-    g to the stored 16-bit -g p) loses its digits, unseen at uniformly drawn targets."""
+    g to the stored 16-bit -g p) loses its digits, unseen at uniformly drawn targets.
+    In a 16-bit case, one row in four of the others holds p = e^-d instead (d uniform
+    in DEEP_NATS): subnormal in fp32, where a logp read off a stored softmax as
+    ``log(p)`` keeps a few bits (or -inf), unseen where every p is normal."""
     low, high = CONFIDENT_LOG10_Q
+    deep_low, deep_high = DEEP_NATS
+
+    def confident(u: torch.Tensor) -> torch.Tensor:  # log(p / (1 - p)), p = 1 - q
+        q = torch.pow(10.0, -(u * (high - low) + low))
+        return torch.log((1 - q) / q)
+
+    def deep(u: torch.Tensor) -> torch.Tensor:  # log(p / (1 - p)), p = e^-d
+        d = u * (deep_high - deep_low) + deep_low
+        return -d - torch.log1p(-torch.exp(-d))
+
     for spec in op.inputs:
         selectors = [i.name for i in op.inputs if i.index_into == spec.name]
         if spec.values != "case" or not selectors:
@@ -485,23 +504,31 @@ def _confident(
         x = tensors[spec.name]
         if x.dim() == 0 or x.numel() == 0:
             continue
-        width = x.shape[-1]
-        rows = x.view(-1, width)[rows_of][::2]
-        selected = tensors[selectors[0]].reshape(-1)[rows_of][::2]
+        rows = x.view(-1, x.shape[-1])[rows_of]
+        selected = tensors[selectors[0]].reshape(-1)[rows_of]
         gen = _generator(seed, "confident", spec.name, salt)
-        step = max(1, DRAW_CHUNK_ELEMENTS // width)
-        for start in range(0, rows.shape[0], step):
-            chunk, t = rows[start : start + step], selected[start : start + step]
-            u = torch.rand(chunk.shape[0], generator=gen, dtype=torch.float64)
-            at = ((t >= 0) & (t < width)).nonzero().reshape(-1)
-            if not at.numel():
-                continue
-            cols = t[at].unsqueeze(-1)
-            rest = chunk[at].double().scatter_(-1, cols, float("-inf")).logsumexp(-1)
-            q = torch.pow(10.0, -(u[at] * (high - low) + low))  # 1 - p
-            value = (rest + torch.log((1 - q) / q)).to(x.dtype)
-            keep = torch.isfinite(value)  # a row of one entry (p is 1) keeps its draw
-            chunk[at[keep], cols.squeeze(-1)[keep]] = value[keep]
+        _set_selected(rows[::2], selected[::2], gen, confident)
+        if dtype in ("bf16", "fp16"):
+            gen = _generator(seed, "deep", spec.name, salt)
+            _set_selected(rows[1::4], selected[1::4], gen, deep)
+
+
+def _set_selected(rows: torch.Tensor, selected: torch.Tensor, gen, log_odds) -> None:
+    """Each row's selected entry (in range) set to the logsumexp of its other entries plus
+    ``log_odds(u)``, u uniform per row: the entry then holds p with log(p / (1 - p)) that."""
+    width = rows.shape[-1]
+    step = max(1, DRAW_CHUNK_ELEMENTS // width)
+    for start in range(0, rows.shape[0], step):
+        chunk, t = rows[start : start + step], selected[start : start + step]
+        u = torch.rand(chunk.shape[0], generator=gen, dtype=torch.float64)
+        at = ((t >= 0) & (t < width)).nonzero().reshape(-1)
+        if not at.numel():
+            continue
+        cols = t[at].unsqueeze(-1)
+        rest = chunk[at].double().scatter_(-1, cols, float("-inf")).logsumexp(-1)
+        value = (rest + log_odds(u[at])).to(rows.dtype)
+        keep = torch.isfinite(value)  # a row of one entry (p is 1) keeps its draw
+        chunk[at[keep], cols.squeeze(-1)[keep]] = value[keep]
 
 
 def masked_runs(mask: torch.Tensor, first: int, selected: list[torch.Tensor]) -> None:

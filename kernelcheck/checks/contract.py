@@ -102,7 +102,15 @@ class Contract(Check):
     uses = frozenset({"outputs"})
     small_inputs = True
     # scale_up: the drawn inputs' factor in _scaled_up (a power of two; 0: no such probe)
-    PARAMS = {"max_seeds": 1, "rows": 16, "scale_up": SCALE_UP}
+    PARAMS = {
+        "max_seeds": 1,
+        "rows": 16,
+        "scale_up": SCALE_UP,
+        # two calls in flight at a big batch, in one case per op: rows up to this many
+        # row-wise input elements and up to in_flight_work products of a row's dims
+        "in_flight_elements": 1 << 25,
+        "in_flight_work": 1 << 31,
+    }
     summary = "dtype, shape, out-of-range -> exact value, empty input, strided == contiguous bits"
 
     def __init__(self, ctx, params=None):
@@ -135,6 +143,7 @@ class Contract(Check):
             self._edited_inputs,
             self._edited_indices,
             self._calls_in_flight,
+            self._calls_in_flight_at_scale,
             self._accumulated_grads,
             self._calls_from_threads,
             self._fp32_shared_inputs,
@@ -1042,9 +1051,11 @@ class Contract(Check):
         """Backward with each upstream gradient expanded from one value (``out.sum()``:
         stride 0), as every other element of a longer tensor whose other elements are
         NaN, and (2+ dims) broadcast over one dim only: the gradients must have the bits
-        of the same call with contiguous copies. A kernel that reads the upstream as
-        contiguous memory, or addresses it by one stride (``row * stride(-1)``, right for
-        the first two), reads past it, the NaNs or the wrong values."""
+        of the same call with contiguous copies; (2+ dims) dense with two dims swapped in
+        memory, values close. A kernel that reads the upstream as contiguous memory (or
+        as flat memory once it is dense), or addresses it by one stride
+        (``row * stride(-1)``, right for the first two), reads past it, the NaNs or the
+        wrong values."""
         if not self.ctx.grad:
             return
         head, lead = self._head(trial)
@@ -1060,8 +1071,30 @@ class Contract(Check):
             _, want = self.ctx.call_backward(self.ctx.to_device(inputs), copies)
             problem = f"{label}: gradient {{}} differs from the one a contiguous upstream gives"
             self._same_gradients(problem, got, want)
+        self._swapped_upstream(trial, head, lead)
         if len(self.problems) == before:
             self.passed.append("non-contiguous upstream == contiguous")
+
+    def _swapped_upstream(self, trial: Trial, head: dict, lead: tuple[int, ...]) -> None:
+        """Each upstream dense with its first two dims swapped in memory (a one-dim lead
+        taken as two sequences first), what autograd hands back through a transpose to
+        sequence-first ([s, b, h], Megatron's layout) after the op: gradients within
+        twice the contract tolerance of the contiguous upstream's (values, not bits: an
+        honest reduction over a row may follow the upstream's layout). A kernel that
+        reads a dense upstream as flat memory (``data_ptr()`` once it is dense) mixes
+        its rows."""
+        if len(lead) < 2:
+            if lead[0] < 4:
+                return
+            head, lead = self._as_two_sequences(head, lead[0] - lead[0] % 2)
+        ups = [u.to(self.ctx.device) for u in self.ctx.upstream(trial.seed, lead)]
+        swapped = [u.transpose(0, 1).contiguous().transpose(0, 1) for u in ups]
+        _, got = self.ctx.call_backward(self.ctx.to_device(head), swapped)
+        _, want = self.ctx.call_backward(self.ctx.to_device(head), ups)
+        for n in want:
+            tol = self.ctx.tolerance("backward_accuracy", n)
+            what = f"upstream dense with its first two dims swapped in memory: gradient {n!r}"
+            self._close(what, "the contiguous upstream's", tol, got[n], want[n], scale=2.0)
 
     def _unused_outputs(self, trial: Trial) -> None:
         """With several outputs, a loss that uses one alone (a KL-free PPO loss never
@@ -1238,6 +1271,40 @@ class Contract(Check):
         if len(self.problems) == before:
             self.passed.append(f"{IN_FLIGHT} calls in flight, a second backward == calls alone")
 
+    def _calls_in_flight_at_scale(self, trial: Trial) -> None:
+        """Two calls of a big batch in flight (two forwards, then the second call's
+        backward and the first's), in the big-batch cases of the grid's first dtype: each
+        gradient keeps the bits of its call alone. A kernel may keep a per-shape buffer
+        (the softmax its backward reads, a workspace) only past a size that the calls in
+        flight at the case's shape never reach (a fused loss caching from 2^24 logits on:
+        DPO's chosen and rejected, micro-batches summed into one loss)."""
+        ctx, op = self.ctx, self.ctx.op
+        first_dtype = not op.grid.dtypes or ctx.case.dtype == op.grid.dtypes[0]
+        if not ctx.grad or not ctx.is_big_batch_case() or not first_dtype:
+            return
+        elements = -(-int(self.params["in_flight_elements"]) // ctx.row_bytes(1))
+        rows = min(elements, int(self.params["in_flight_work"]) // ctx.row_work)
+        if rows <= math.prod(ctx.lead):
+            return
+        salt = "in flight at scale"
+        first = ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt=salt)
+        ups = ctx.upstream(trial.seed, (rows,), salt=salt)
+        # the second call: each row's values in another row's place
+        second = {k: v.roll(1, 0) if op.is_row_wise(op.input(k)) else v for k, v in first.items()}
+        batches, upstreams = [first, second], [ups, [u.roll(1, 0) if u.dim() else u for u in ups]]
+        want = [ctx.call_backward(ctx.to_device(b), u)[1] for b, u in zip(batches, upstreams)]
+        flight = [ctx.forward_with_grad(ctx.to_device(b), u) for b, u in zip(batches, upstreams)]
+        got = {i: ctx.backward_of(*flight[i], upstreams[i]) for i in (1, 0)}
+        before = len(self.problems)
+        for i in (0, 1):
+            problem = (
+                f"2 calls of {rows} rows in flight (2 forwards, then backwards 2, 1): call "
+                f"{i + 1}'s gradient {{}} differs from the one it gets alone"
+            )
+            self._same_gradients(problem, got[i], want[i])
+        if len(self.problems) == before:
+            self.passed.append(f"2 calls of {rows} rows in flight == calls alone")
+
     def _reordered(self, trial: Trial, n: int) -> tuple[list[dict], list[list]]:
         """The trial's first rows and upstream gradients, then ``n - 1`` more batches of the
         very same shape: those rows reversed, rolled by one, by two, then fresh draws
@@ -1380,21 +1447,25 @@ class Contract(Check):
 
         return call
 
+    def _as_two_sequences(self, head: dict, rows: int) -> tuple[dict, tuple[int, int]]:
+        """The head's first ``rows`` rows (even) as a ``(2, rows // 2)`` lead: two
+        sequences, the row-wise inputs reshaped, the others as they are."""
+        op, lead = self.ctx.op, (2, rows // 2)
+        two = {
+            s.name: head[s.name][: 2 * lead[1]].reshape(*lead, *head[s.name].shape[1:])
+            if op.is_row_wise(s) else head[s.name]
+            for s in op.inputs
+        }  # fmt: skip
+        return two, lead
+
     def _broadcast_upstreams(self, trial: Trial, head: dict, rows: int) -> list:
         """The head's ``rows`` rows as a ``(2, m)`` lead with upstreams broadcast over one
         dim: one value per sequence, strides (1, 0), as a sequence-level loss gives
         ((lp.sum(-1) * advantage).mean()), and one per position shared by the batch,
         strides (0, 1)."""
-        op = self.ctx.op
-        m = rows // 2
-        if m < 2:
+        if rows // 2 < 2:
             return []
-        lead = (2, m)
-        two = {
-            s.name: head[s.name][: 2 * m].reshape(*lead, *head[s.name].shape[1:])
-            if op.is_row_wise(s) else head[s.name]
-            for s in op.inputs
-        }  # fmt: skip
+        two, lead = self._as_two_sequences(head, rows)
         ups = [u.to(self.ctx.device) for u in self.ctx.upstream(trial.seed, lead)]
         # the very layouts autograd hands: (lp.sum(-1) * adv)'s strides are (1, 0)
         last = [u[:, 0].contiguous()[:, None].expand_as(u) if u.dim() >= 2 else u for u in ups]

@@ -4,7 +4,9 @@ The repeats run at the process's thread count, and then ``thread_repeats`` more 
 ``threads`` CPU threads (8, even on 2 cores), and one at ``odd_threads`` (3): partial
 sums that threads add in the order they finish agree at 2 threads often enough, and
 differ at 8; work that 8 threads split evenly leaves a remainder at 3. A row's bits may not
-depend on the thread count either, so those runs are compared with run 1 too. So are a
+depend on the thread count either, so those runs are compared with run 1 too. So is one
+under ``torch.use_deterministic_algorithms(True)`` (a trainer's setting: a kernel that
+takes another path there gives the trainer other bits than the rollout), and so are a
 call under ``torch.inference_mode`` and the with-grad call's outputs: one input, one set
 of bits, whatever the autograd mode (a PPO ratio of old and new logps is then exactly 1).
 
@@ -25,7 +27,7 @@ from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.metrics import bits, first_bit_difference, row_digests
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.checks.rows import fmt_index
-from kernelcheck.checks.threads import torch_threads
+from kernelcheck.checks.threads import deterministic_algorithms, torch_threads
 from kernelcheck.checks.trial import Trial
 
 WITH_GRAD = "output (with grad)"  # the backward's own forward call: a training path
@@ -113,6 +115,9 @@ class Determinism(Check):
                     results = self._repeat(trial)
             at = "" if n is None else f" (at {n} threads)"
             self._judge(trial, reference, results, f"run {r + 1}{at}")  # freed before the next
+        with deterministic_algorithms():
+            results = self._repeat(trial)
+        self._judge(trial, reference, results, f"run {len(runs) + 2} (deterministic mode)")
         self._pristine_process(trial, reference)
         self._other_modes(trial, reference)
         if not self.batch_done:

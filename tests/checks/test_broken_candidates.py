@@ -24,6 +24,7 @@ BROKEN = [
     ("nondeterministic", "determinism", "fp32", "normal", "runs after the first differ"),
     ("inference_mode_other_path", "determinism", "fp32", "normal", "under inference_mode"),
     ("training_path_other_order", "determinism", "fp32", "normal", "the call with grad"),
+    ("torch_sum_in_deterministic_mode", "determinism", "fp32", "normal", "(deterministic mode)"),
     ("negative_zero", "contract", "fp32", "normal", "expected exactly 0.0"),
     (
         "input_dtype_output",
@@ -35,6 +36,7 @@ BROKEN = [
     ("ignores_strides", "contract", "fp32", "normal", "differs from the contiguous copy"),
     ("contiguous_upstream_assumed", "contract", "fp32", "normal", "upstream"),
     ("upstream_by_last_stride", "contract", "fp32", "normal", "broadcast over the last dim"),
+    ("dense_upstream_read_flat", "contract", "fp32", "normal", "first two dims swapped"),
     ("gradient_scaled_in_place", "contract", "fp32", "normal", "a second backward through one"),
     ("logits_kept_on_ctx", "contract", "fp32", "normal", "inputs edited in place (x2)"),
     ("target_kept_on_ctx", "contract", "fp32", "normal", "(ids + 1, masks negated)"),
