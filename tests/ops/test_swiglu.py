@@ -37,6 +37,8 @@ PLANTED_BUGS = [
     ("gradient-truncated-to-bf16", "backward_precision", "bf16", "rounded toward zero"),
     # a flat pass's split points inside a vector: at 2 threads and round batches, never
     ("flat-pass-scalar-tails", "forward_invariance", "fp32", "at 13 threads"),
+    # a per-shape buffer from 2^24 elements: the nine calls in flight hold 16 rows each
+    ("sigmoid-cached-past-2-24", "contract", "fp32", "rows in flight (2 forwards"),
     # 2^24 elements: the grid's batches stopped at 16,384 x 1,000 (33,554 x 1,000 now)
     pytest.param(
         "flat-path-past-2-24",
