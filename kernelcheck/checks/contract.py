@@ -106,8 +106,9 @@ class Contract(Check):
         "max_seeds": 1,
         "rows": 16,
         "scale_up": SCALE_UP,
-        # two calls in flight at a big batch, in one case per op: rows up to this many
-        # row-wise input elements and up to in_flight_work products of a row's dims
+        # two calls in flight at a big batch, in the big-batch cases of the first dtype:
+        # rows up to this many elements of the widest row-wise input and up to
+        # in_flight_work products of a row's dims
         "in_flight_elements": 3 << 23,
         "in_flight_work": 1 << 31,
     }
@@ -1273,12 +1274,13 @@ class Contract(Check):
 
     def _calls_in_flight_at_scale(self, trial: Trial) -> None:
         """Two calls of a big batch in flight (two forwards, then the second call's
-        backward and the first's), in the big-batch cases of the grid's first dtype: each
-        gradient keeps the bits of its call alone. A kernel may keep a per-shape buffer
-        (the softmax its backward reads, a workspace) only past a size that the calls in
-        flight at the case's shape never reach (a fused loss caching from 2^24 logits on:
-        DPO's chosen and rejected, micro-batches summed into one loss): 1.5 x 2^24
-        elements in the widest row-wise input (each such call costs seconds here)."""
+        backward and the first's), in the big-batch cases of the grid's first dtype: the
+        first call's gradient keeps the bits of its call alone. A kernel may keep a
+        per-shape buffer (the softmax its backward reads, a workspace) only past a size
+        that the calls in flight at the case's shape never reach (a fused loss caching
+        from 2^24 logits on: DPO's chosen and rejected, micro-batches summed into one
+        loss): 1.5 x 2^24 elements in the widest row-wise input (each such call costs
+        seconds here)."""
         ctx, op = self.ctx, self.ctx.op
         first_dtype = not op.grid.dtypes or ctx.case.dtype == op.grid.dtypes[0]
         if not ctx.grad or not ctx.is_big_batch_case() or not first_dtype:
