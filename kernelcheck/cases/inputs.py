@@ -83,6 +83,18 @@ SPIKE_EVERY = 64  # one outlier column in 64; its place moves with the row
 SPIKE_RANGE = (100.0, 200.0)  # past exp's fp32 range; a product of two stays below fp16's max
 DRIFT_RANGE = (2.0, 8.0)  # a drifted row's perturbation std, uniform by row
 LM_LOGP_FLOOR = 60.0  # the lm tail is clipped at logsumexp - 60: |logp| < 64 (fp32 contract)
+# values = "logp": an old policy's log-probability of each selected token, the current
+# policy's (its drawn logits') give or take a PPO step (OLD_LOGP_STEP nats, ratio ~1);
+# one row in STALE_EVERY (at least one per trial of 2+) STALE_NATS lower, a token the old
+# policy had all but ruled out (stale or off-policy data): log-ratios past +20, where a
+# clamp (verl's +-20) acts. Only at targets of p <= e^-STALE_FROM (a confident target's
+# gradient term c (1 - p_t) cancels: an honest fp32 kernel errs c * 2^-24 there, 1e2 at
+# c = e^30) and |logp| <= STALE_TO (an fp32 logp's ulp there is 4e-6, a fifth of the
+# ratio's contract). 16-bit cases go 4 to 8 nats deep: fp16 holds c * p_j below 65504 only.
+OLD_LOGP_STEP = 0.2
+STALE_EVERY = 8
+STALE_NATS = {"fp32": (20.0, 40.0), "bf16": (20.0, 40.0), "fp16": (4.0, 8.0)}
+STALE_FROM, STALE_TO = 0.05, 30.0
 
 
 MIX = "+"
@@ -282,6 +294,8 @@ def make_inputs(
         if spec.values == "related":
             drawn = draw.related(spec, out[spec.related_to])
             out[spec.name] = _shaped(op, spec, drawn, lead, sizes)
+        if spec.values == "logp":
+            out[spec.name] = _shaped(op, spec, draw.old_logps(spec, out), lead, sizes)
     return {spec.name: out[spec.name] for spec in op.inputs}  # in the spec's order
 
 
@@ -406,11 +420,48 @@ class _Draw:
                 rows.copy_(torch.rand(rows.shape, generator=gen) * (high - low) + low)
         return std
 
+    def old_logps(self, spec: InputSpec, out: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``values = "logp"``: the selected logps of ``related_to`` (float64, of the drawn
+        logits, at the index input pointing into them) minus N(0, OLD_LOGP_STEP^2); stale
+        rows STALE_NATS lower (see there). -Exp(1) where no logp is selected (an index
+        out of range) or it is past STALE_TO."""
+        n = self.nrows
+        base = out[spec.related_to]
+        logits = base.reshape(n, base.shape[-1])
+        index = next(i for i in self.op.inputs if i.index_into == spec.related_to)
+        ids = out[index.name].reshape(n).long()
+        valid = (ids >= 0) & (ids < logits.shape[1])
+        lp = _selected_logps(logits, torch.where(valid, ids, 0))
+        gen = _generator(self.seed, self.dist, spec.name, self.salt)
+        old = lp - torch.randn(n, generator=gen, dtype=torch.float64) * OLD_LOGP_STEP
+        usable = valid & (lp >= -STALE_TO)
+        free = torch.empty(n, dtype=torch.float64).exponential_(1.0, generator=gen).neg_()
+        old = torch.where(usable, old, free)
+        eligible = usable & (lp <= -STALE_FROM)
+        stale = (torch.rand(n, generator=gen) < 1 / STALE_EVERY) & eligible
+        _at_least_one(stale, eligible, gen)
+        low, high = STALE_NATS[self.dtype]
+        depth = torch.rand(n, generator=gen, dtype=torch.float64) * (high - low) + low
+        old = torch.where(stale, lp - depth, old)
+        fixed = dtypes.FIXED_DTYPES.get(spec.dtype)
+        return self.scaled(spec, old.to(fixed or dtypes.torch_dtype(self.dtype)))
+
     def scaled(self, spec: InputSpec, t: torch.Tensor) -> torch.Tensor:
         scale = spec.scale_at(self.sizes)
         if scale != 1.0 and t.is_floating_point():  # drawn, scaled, rounded once more
             t.copy_((t.float() * scale).to(t.dtype))  # (in place: t may be a store file)
         return t
+
+
+def _selected_logps(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(logits)[ids]`` per row in float64, a few MiB of rows at a time."""
+    out = torch.empty(logits.shape[0], dtype=torch.float64)
+    step = max(1, (1 << 20) // max(1, logits.shape[1]))
+    for start in range(0, logits.shape[0], step):
+        rows = logits[start : start + step].double()
+        picked = rows.gather(1, ids[start : start + step, None]).squeeze(1)
+        out[start : start + step] = picked - torch.logsumexp(rows, dim=1)
+    return out
 
 
 def _at_least_one(mask: torch.Tensor, allowed: torch.Tensor, gen: torch.Generator) -> None:

@@ -29,6 +29,7 @@ import warnings
 
 from kernelcheck.runner.channel import Channel
 
+CACHES_PREFIX = "kernelcheck-pristine-caches-"  # then the zygote's pid
 _GO = b"G"  # to the zygote: fork a pristine process, which reads the request that follows
 
 # Where kernels keep state on disk across processes: compiled kernels, and the choices of
@@ -144,9 +145,11 @@ def die_with_parent() -> None:
 def _zygote(requests_fd: int, replies_fd: int) -> None:
     """Fork one pristine process per request until EOF; report one that crashed."""
     die_with_parent()
+    sweep_kernel_caches()
     while os.read(requests_fd, 1) == _GO:
-        # made and removed here, so a process killed mid-run leaves no directory behind
-        caches = tempfile.mkdtemp(prefix="kernelcheck-pristine-caches-")
+        # made and removed here, so a process killed mid-run leaves no directory behind;
+        # named by this zygote's pid, so one left by a zygote killed itself is swept
+        caches = tempfile.mkdtemp(prefix=f"{CACHES_PREFIX}{os.getpid()}-")
         pid = fork()
         if pid == 0:  # the pristine process: it never returns into this loop
             code = 1
@@ -188,6 +191,22 @@ def _serve_one(channel: Channel) -> None:
     except Exception as exc:  # noqa: BLE001 - a check's bug, reported as an internal error
         answer = ("error", f"in a pristine process: {type(exc).__name__}: {exc}")
     channel.send(answer)
+
+
+def sweep_kernel_caches() -> None:
+    """Remove the kernel-cache directories of zygotes that are gone (killed with their
+    worker mid-run: nothing was left to remove them)."""
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        pid = name.removeprefix(CACHES_PREFIX).split("-", 1)[0]
+        if not name.startswith(CACHES_PREFIX) or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+        except OSError:
+            pass  # alive (another user's): its own
 
 
 def point_kernel_caches(root: str) -> None:

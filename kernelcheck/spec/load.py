@@ -495,6 +495,8 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
         raise SpecError(
             path, f"{key}.values", _unknown("value kind", values, [*VALUE_KINDS, *DISTRIBUTIONS])
         )
+    if values == "logp" and dtype != "case" and not dtypes.FIXED_DTYPES[dtype].is_floating_point:
+        raise SpecError(path, f"{key}.dtype", 'a "logp" input has a float dtype')
     if values == "mask" and dtype != "bool":
         raise SpecError(path, f"{key}.dtype", 'a mask input has dtype = "bool"')
     true_fraction = float(_get(t, "true_fraction", (int, float), path, key, default=0.5))
@@ -546,10 +548,13 @@ def _parse_scale(t: dict, path: Path, key: str, dims: dict[str, Dim]) -> float |
 
 def _parse_related(t: dict, path: Path, key: str, values: str, related_to: str | None) -> float:
     """``related_to`` and ``perturbation`` (a std >= 0) belong to values = "related" only."""
-    if values == "related" and related_to is None:
-        raise SpecError(path, f"{key}.related_to", "a related input needs related_to = <an input>")
-    if related_to is not None and values != "related":
-        raise SpecError(path, f"{key}.values", 'an input with related_to has values = "related"')
+    if values in ("related", "logp") and related_to is None:
+        what = "a related input" if values == "related" else 'a "logp" input'
+        raise SpecError(path, f"{key}.related_to", f"{what} needs related_to = <an input>")
+    if related_to is not None and values not in ("related", "logp"):
+        raise SpecError(
+            path, f"{key}.values", 'an input with related_to has values = "related" or "logp"'
+        )
     if "perturbation" in t and values != "related":
         raise SpecError(path, f"{key}.perturbation", 'only a values = "related" input has one')
     perturbation = float(_get(t, "perturbation", (int, float), path, key, default=0.0))
@@ -561,7 +566,7 @@ def _parse_related(t: dict, path: Path, key: str, values: str, related_to: str |
 def _check_related(inputs: tuple[InputSpec, ...], path: Path) -> None:
     """A related input derives from a float input of its shape, drawn before it (not
     itself related) and present whenever it is (same ``when``)."""
-    floats = {i.name: i for i in inputs if i.values not in ("index", "mask", "related")}
+    floats = {i.name: i for i in inputs if i.values not in ("index", "mask", "related", "logp")}
     for inp in inputs:
         if inp.related_to is None:
             continue
@@ -569,12 +574,25 @@ def _check_related(inputs: tuple[InputSpec, ...], path: Path) -> None:
         base = floats.get(inp.related_to)
         if base is None:
             raise SpecError(path, key, _unknown("float input", inp.related_to, floats))
-        if base.shape != inp.shape:
+        if inp.values == "logp":
+            _check_logp_of(inp, base, inputs, path)
+        elif base.shape != inp.shape:
             shapes = f"{list(base.shape)}, not {list(inp.shape)}"
             raise SpecError(path, key, f"{base.name!r} has shape {shapes}")
         if base.when != inp.when:
             whens = f"when = {base.when!r}, this input by {inp.when!r}"
             raise SpecError(path, key, f"{base.name!r} is switched by {whens}")
+
+
+def _check_logp_of(inp: InputSpec, base: InputSpec, inputs, path: Path) -> None:
+    """A "logp" input follows the selected logps of ``base``: one per row of it, at an
+    index input pointing into it."""
+    key = f"input.{inp.name}.related_to"
+    if base.shape[:-1] != inp.shape:
+        want = f"{list(base.shape[:-1])} (its rows), not {list(inp.shape)}"
+        raise SpecError(path, key, f"a logp of {base.name!r} has shape {want}")
+    if not any(i.values == "index" and i.index_into == base.name for i in inputs):
+        raise SpecError(path, key, f"no index input has index_into = {base.name!r}")
 
 
 def _check_scales(inputs: tuple[InputSpec, ...], dims: dict[str, Dim], grid: Grid, path: Path):

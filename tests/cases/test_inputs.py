@@ -407,3 +407,31 @@ def test_every_other_lm_rows_target_is_confident():
     confident, other = p[0::2][valid[0::2]], p[1::2][valid[1::2]]
     assert len(confident) > 20 and bool(((confident > 0.45) & (confident < 0.9997)).all())
     assert float(other.max()) < 0.45
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_old_logps_follow_the_policy_with_stale_rows_where_the_gradient_holds_them(catalog, dtype):
+    """values = "logp": the policy's own selected logps give or take a PPO step (ratio
+    ~1), one row in 8 stale (log-ratio 20 to 40; fp16 4 to 8, where its gradient still
+    fits), never at a confident target, whose gradient term cancels; drawn apart past
+    STALE_TO (a 16-bit lm row's deep targets)."""
+    from kernelcheck.cases.inputs import OLD_LOGP_STEP, STALE_FROM, STALE_NATS, STALE_TO
+    from kernelcheck.ops import ratio_kl
+
+    op = catalog.op("ratio_kl")
+    for dist in ("normal", "lm", "heavy", "masked"):
+        x = make_inputs(op, RATIO_KL_SIZES, dtype, 0, dist)
+        assert x["old_logps"].dtype == torch.float32
+        pol, ids = x["policy_logits"].double(), x["action_ids"]
+        lp = torch.log_softmax(pol, -1).gather(-1, ids.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        log_ratio = lp - x["old_logps"].double()
+        stale = log_ratio > 5 * OLD_LOGP_STEP
+        low, high = STALE_NATS[dtype]
+        assert 1 <= int(stale.sum()) <= 16, dist
+        assert bool((log_ratio[stale] >= low - 1e-4).all() & (log_ratio[stale] <= high).all())
+        assert bool((lp[stale] <= -STALE_FROM).all()), dist
+        follows = (lp >= -STALE_TO) & ~stale
+        assert float(log_ratio[follows].abs().max()) < 5 * OLD_LOGP_STEP, dist
+        assert bool((x["old_logps"][~follows] <= 0).all()), dist
+    ratio, _ = ratio_kl.gold(*(t.double() if t.is_floating_point() else t for t in x.values()))
+    assert torch.isfinite(ratio).all()

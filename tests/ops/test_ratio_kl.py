@@ -3,6 +3,8 @@ a planted bug and passing the honest candidate."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -82,6 +84,23 @@ def test_a_kl_clamped_at_10_fails_on_drifted_rows_only(catalog):
                       distributions=[dist])  # fmt: skip
         assert res.status == want, (dist, cand, res.message)
     assert "kl" in res.message or want == "pass"
+
+
+def test_a_log_ratio_clamped_at_20_fails_on_stale_old_logps(catalog):
+    """verl clamps the log-ratio at +-20. The old logps hold one row in 8 20 to 40 nats
+    deep (stale data): every trial has a log-ratio past 20, where the clamp is off by
+    orders of magnitude. Drawn N(0, 1), as they were, no log-ratio got there."""
+    from kernelcheck.cases.inputs import make_inputs
+
+    op = catalog.ops["ratio_kl"]
+    inputs = make_inputs(op, SMALL, "fp32", 0, "normal")
+    wide = (t.double() if t.is_floating_point() else t for t in inputs.values())
+    assert float(ratio_kl.gold(*wide)[0].max()) > math.exp(20)
+    planted = api.load_catalog([FIXTURES / "planted_ratio_kl.toml"])
+    for cand, want in (("ratio-clamped-at-20", "fail"), ("torch", "pass")):
+        res = run_one(planted, "ratio_kl", cand, "forward_accuracy", "fp32", SMALL)
+        assert res.status == want, (cand, res.message)
+        assert want == "pass" or "ratio" in res.message, res.message
 
 
 def test_drifted_rows_put_most_kl_past_10():

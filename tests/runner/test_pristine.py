@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 
 import pytest
 
 from kernelcheck.checks.outcome import CandidateFault
-from kernelcheck.runner.pristine import KERNEL_CACHE_VARIABLES, fork_zygote, spawned
+from kernelcheck.runner.pristine import (
+    CACHES_PREFIX,
+    KERNEL_CACHE_VARIABLES,
+    fork_zygote,
+    spawned,
+    sweep_kernel_caches,
+)
 
 _calls = 0
 
@@ -81,6 +90,21 @@ def test_a_run_killed_mid_call_leaves_no_cache_directory_behind(tmp_path):
         spawned().run(fill_caches_and_crash, str(record))
     caches = json.loads(record.read_text())
     assert caches and not any(os.path.exists(path) for path in caches.values())
+
+
+def test_a_dead_zygotes_cache_directory_is_swept_and_a_live_ones_kept():
+    """A zygote killed with its worker mid-run leaves its fork's directory: the next
+    zygote to start removes it, by the dead pid in its name."""
+    child = subprocess.Popen(["true"])
+    child.wait()  # its pid is free now
+    dead = tempfile.mkdtemp(prefix=f"{CACHES_PREFIX}{child.pid}-")
+    live = tempfile.mkdtemp(prefix=f"{CACHES_PREFIX}{os.getpid()}-")
+    try:
+        sweep_kernel_caches()
+        assert not os.path.exists(dead) and os.path.isdir(live)
+    finally:
+        shutil.rmtree(live, ignore_errors=True)
+        shutil.rmtree(dead, ignore_errors=True)
 
 
 def test_a_fault_a_crash_and_a_bug_come_back_as_what_they_are():

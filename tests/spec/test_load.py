@@ -414,6 +414,33 @@ BAD_SCALES_AND_RELATIONS = [
         "a related input needs related_to",
     ),
     (
+        _with_input('[[input]]\nname = "old"\nshape = ["batch"]\nvalues = "logp"\n'),
+        "input.old.related_to",
+        'a "logp" input needs related_to',
+    ),
+    (
+        _with_input(
+            '[[input]]\nname = "old"\nshape = ["vocab"]\nvalues = "logp"\nrelated_to = "logits"\n'
+        ),
+        "input.old.related_to",
+        "a logp of 'logits' has shape ['batch'] (its rows), not ['vocab']",
+    ),
+    (
+        _with_input(
+            '[[input]]\nname = "old"\nshape = ["batch"]\nvalues = "logp"\nrelated_to = "logits"\n'
+        ),
+        "input.old.related_to",
+        "no index input has index_into = 'logits'",
+    ),
+    (
+        _with_input(
+            '[[input]]\nname = "old"\nshape = ["batch"]\nvalues = "logp"\ndtype = "int64"\n'
+            'related_to = "logits"\n'
+        ),
+        "input.old.dtype",
+        'a "logp" input has a float dtype',
+    ),
+    (
         LOGP_HEAD.replace('name = "logits"\n', 'name = "logits"\nperturbation = 0.5\n'),
         "input.logits.perturbation",
         'only a values = "related" input has one',
