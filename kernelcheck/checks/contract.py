@@ -20,6 +20,7 @@ import torch
 from kernelcheck import dtypes, gold
 from kernelcheck.checks import concurrent_calls
 from kernelcheck.checks.check import Check
+from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.metrics import ErrorStats, bits, first_bit_difference
 from kernelcheck.checks.outcome import CandidateFault, Outcome, WrongOutput
 from kernelcheck.checks.rows import flat_rows
@@ -149,6 +150,8 @@ class Contract(Check):
             self._calls_from_threads,
             self._fp32_shared_inputs,
             self._narrow_shared_inputs,
+            self._narrow_row_inputs,
+            self._integer_masks,
             self._under_autocast,
             self._updated_in_place,
             self._scaled_up,
@@ -733,15 +736,58 @@ class Contract(Check):
         beside an fp32 residual stream): each output in the dtype the spec gives it and
         within the contract tolerance of the gold of the rounded inputs, or a raise. A
         kernel that returns ``y.type_as(weight)`` rounds an fp32 output to 8 bits."""
+        if self.ctx.case.dtype != "fp32":
+            return
+        head, _ = self._head(trial)
+        names = self._shared_floats(head)
+        if names:
+            self._narrowed(trial, names, f"bf16 {', '.join(names)} in an fp32 case", True)
+
+    def _narrow_row_inputs(self, trial: Trial) -> None:
+        """In an fp32 case of an op with two row-wise float inputs or more (a policy's and
+        a reference model's logits, swiglu's gate and up), each in turn rounded to bf16,
+        the others fp32 (a trainer that upcasts its policy logits beside a bf16 reference
+        model): each output within the contract tolerance of its own dtype of the gold of
+        those inputs, or a raise. A kernel that computes in one input's dtype
+        (``policy.to(ref.dtype)``) rounds the other's fp32 values to 8 bits."""
         ctx, op = self.ctx, self.ctx.op
         if ctx.case.dtype != "fp32":
             return
+        head, _ = self._head(trial)
+        rows = [k for k in ctx.case_dtype_inputs(head) if op.is_row_wise(op.input(k))]
+        for name in rows if len(rows) > 1 else []:
+            others = ", ".join(k for k in rows if k != name)
+            self._narrowed(trial, [name], f"bf16 {name} beside fp32 {others}", False)
+
+    def _integer_masks(self, trial: Trial) -> None:
+        """Each mask input as int64 0/1 (what HF tokenizers and verl's response masks are):
+        the outputs and gradients within the contract tolerance of the bool mask's calls,
+        or a raise. ``x[~mask] = 0`` is right for a bool mask, but ``~`` of an int64 0/1
+        is -1/-2, which indexes the last two rows instead of the masked positions."""
+        ctx, op = self.ctx, self.ctx.op
         head, lead = self._head(trial)
-        names = self._shared_floats(head)
-        if not names:
-            return
+        for name in (s.name for s in op.inputs if s.values == "mask" and s.name in head):
+            label = f"{name} as int64 0/1"
+            probe = {k: v.long() if k == name else v for k, v in head.items()}
+            pairs = self._unless_refused(
+                label,
+                lambda probe=probe: self._value_pairs(
+                    trial, ctx.to_device(probe), ctx.to_device(head), lead
+                ),
+            )
+            before = len(self.problems)
+            for what, tol, g, w in pairs or []:
+                self._close(f"{label}: {what}", "the bool mask's", tol, g, w)
+            if pairs is not None and len(self.problems) == before:
+                self.passed.append(label)
+
+    def _narrowed(self, trial: Trial, names: list[str], label: str, own_dtype: bool) -> None:
+        """``names`` rounded to bf16: the outputs (each in the dtype the spec gives it,
+        where ``own_dtype``) and gradients within the contract tolerance of the gold of
+        the rounded inputs, or a raise."""
+        ctx, op = self.ctx, self.ctx.op
+        head, lead = self._head(trial)
         narrow = {k: v.bfloat16() if k in names else v for k, v in head.items()}
-        label = f"bf16 {', '.join(names)} in an fp32 case"
         outs = self._unless_refused(label, lambda: ctx.call(ctx.to_device(narrow)))
         if outs is None:
             return
@@ -750,12 +796,18 @@ class Contract(Check):
             zip(op.outputs, outs, gold.forward(op, ctx.gold_fn, narrow, lead))
         ):
             want_dtype = ctx.expected_dtype(i)
-            if g.dtype != want_dtype:
+            if own_dtype and g.dtype != want_dtype:
                 self.problems.append(f"{label}: output {o.name!r} dtype {g.dtype} != {want_dtype}")
                 continue
-            tol = ctx.tolerance("forward_accuracy", o.name)
+            short = dtypes.short_name(g.dtype)
+            tol = op.tolerance("forward_accuracy", short, o.name) if not own_dtype else None
+            tol = tol or ctx.tolerance("forward_accuracy", o.name)
             self._close(f"{label}: output {o.name!r}", "the gold's", tol, g, w)
-        self._gradients_against_gold(label, trial, narrow, lead, list(op.grad_inputs))
+        # outputs in bf16 (the candidate's choice for mixed inputs) take a bf16 upstream:
+        # the gradients are judged at bf16's tolerance then
+        narrowed = any(g.dtype == torch.bfloat16 for g in outs) and not own_dtype
+        at = "bf16" if narrowed else None
+        self._gradients_against_gold(label, trial, narrow, lead, list(op.grad_inputs), at)
         if len(self.problems) == before:
             self.passed.append(label)
 
@@ -786,14 +838,15 @@ class Contract(Check):
             self.passed.append(label)
 
     def _gradients_against_gold(
-        self, label: str, trial: Trial, inputs: dict, lead, names: list[str]
+        self, label: str, trial: Trial, inputs: dict, lead, names: list[str], at=None
     ) -> None:
         """A backward on ``inputs`` of mixed dtypes: the gradients of ``names`` each within
         the contract tolerance of its own input's dtype of the float64 gold gradient of
         those very inputs, or a raise. A backward that computes in the weight's dtype
         (a dispatch on ``weight.dtype``, one GEMM dtype for both operands) rounds an
         fp32 gradient to 8 bits; one that reduces a weight's gradient in the activations'
-        dtype rounds an fp32 weight's."""
+        dtype rounds an fp32 weight's. ``at``: a dtype whose tolerance every gradient
+        is judged at instead."""
         ctx = self.ctx
         if not ctx.grad:
             return
@@ -806,7 +859,7 @@ class Contract(Check):
             return
         want = self._gold_gradients(inputs, [u.cpu() for u in upstream], lead)
         for name in (n for n in names if n in want):
-            short = dtypes.short_name(inputs[name].dtype)
+            short = at or dtypes.short_name(inputs[name].dtype)
             tol = ctx.op.tolerance("backward_accuracy", short, name)
             g = got[name].reshape(-1)
             self._close(f"{what}: gradient {name!r} ({short})", "the gold's", tol, g, want[name])
@@ -944,13 +997,41 @@ class Contract(Check):
             for name, values in ctx.other_attribute_values.items():
                 for value in values:
                     fn, gold_fn = ctx.rebound({name: value})
-                    outs = replace(ctx, fn=fn, gold_fn=gold_fn).call(ctx.to_device(head))
+                    other = replace(ctx, fn=fn, gold_fn=gold_fn, gold_backward_fn=None)
+                    outs = other.call(ctx.to_device(head))
                     what = f"{name}={value} after a call at {at}: output"
                     self._judge_outputs(what, outs, head, lead, gold_fn, "the gold's")
+                    self._in_flight_at_other_value(trial, other, f"{name}={value}", at)
                     tried.append(f"{name}={value}")
             return tried
 
         self._same_bits_around(head, at, calls_at_other_values)
+
+    def _in_flight_at_other_value(self, trial: Trial, other: CaseContext, label, at) -> None:
+        """A call at the case's values and one at ``label`` in flight (forwards in that
+        order, then backwards in that order): the first call's gradient keeps the bits
+        it gets alone, the second's is within the contract tolerance of the gold at its
+        values. A backward that reads the attribute from state the latest forward set
+        (an RL term at T = 1 and a distillation term at T = 2 in one loss), or from a
+        backward kernel built at the process's first backward, takes the wrong one."""
+        ctx = self.ctx
+        if not ctx.grad:
+            return
+        head, lead = self._head(trial)
+        ups = ctx.upstream(trial.seed, lead)
+        alone = ctx.call_backward(ctx.to_device(head), ups)[1]
+        first = ctx.forward_with_grad(ctx.to_device(head), ups)
+        second = other.forward_with_grad(ctx.to_device(head), ups)
+        got = ctx.backward_of(*first, ups)
+        theirs = other.backward_of(*second, ups)
+        flight = f"a call at {at} in flight with one at {label} (forwards, then backwards)"
+        problem = f"{flight}: the first's gradient {{}} differs from the one it gets alone"
+        self._same_gradients(problem, got, alone)
+        want = self._gold_gradients(head, [u.cpu() for u in ups], lead, other)
+        for name, g in want.items():
+            tol = ctx.tolerance("backward_accuracy", name)
+            what = f"{flight}: the second's gradient {name!r}"
+            self._close(what, "the gold's at its values", tol, theirs[name].reshape(-1), g)
 
     def _other_switches(self, trial: Trial) -> None:
         """The same rows with each switch attribute the candidate takes at its other value
@@ -998,9 +1079,12 @@ class Contract(Check):
         if len(self.problems) == before:
             self.passed.append(f"calls at {tried} between two at {at}")
 
-    def _gold_gradients(self, inputs: dict, upstream: list, lead) -> dict[str, torch.Tensor]:
-        """The float64 gold gradient of each grad input, whole (rows flattened)."""
-        ctx = self.ctx
+    def _gold_gradients(
+        self, inputs: dict, upstream: list, lead, at: CaseContext | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The float64 gold gradient of each grad input, whole (rows flattened), of the
+        case's gold (``at``: another context's, at other attribute values)."""
+        ctx = at or self.ctx
         parts: dict[str, list[torch.Tensor]] = {}
         for _, grads in gold.backward_chunks(
             ctx.op, ctx.gold_fn, inputs, upstream, lead, ctx.gold_backward_fn
