@@ -11,6 +11,7 @@ backward handed a non-contiguous upstream gradient, as autograd hands one to a k
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -388,12 +389,14 @@ class Contract(Check):
                 d, ctx.upstream(trial.seed, lead)
             )
         before = len(self.problems)
-        for value in rule.values:
+        # at the first position and at the last: a check over the first rows (a block's,
+        # a first tile's) alone misses the rest
+        for value, at in itertools.product(rule.values, (0, -1)):
             inputs, lead = self._head(trial)
             if rule.where:
-                inputs[rule.where].reshape(-1)[0] = True
+                inputs[rule.where].reshape(-1)[at] = True
             v = eval_dim_expr(value, self.ctx.sizes)
-            inputs[rule.input].reshape(-1)[0] = v
+            inputs[rule.input].reshape(-1)[at] = v
             for how, call in modes.items():
                 try:
                     call(ctx.to_device(inputs), lead)
@@ -402,7 +405,8 @@ class Contract(Check):
                         raise
                     continue  # raised, as the contract asks
                 where = f" at an active position ({rule.where} true)" if rule.where else ""
-                self.problems.append(f"{rule.input}={v}{where} did not raise{how}")
+                last = " (the last position)" if at else ""
+                self.problems.append(f"{rule.input}={v}{where}{last} did not raise{how}")
                 break
         if len(self.problems) == before:
             self.passed.append(f"{rule.input} out of range -> raises")

@@ -39,6 +39,7 @@ PLANTED_BUGS = [
     ("clamps-ids", "action_ids=-1 at an active position (attention_mask true) did not raise"),
     ("every-grad-assumed", "unused_outputs: candidate backward raised"),
     ("ignore-index-exempt", "action_ids=-100 at an active position"),
+    ("range-checked-in-first-rows", "(the last position) did not raise"),
     ("masked-by-indexing", "attention_mask as int64 0/1: output 'ratio'"),
     ("in-reference-dtype", "bf16 ref_logits beside fp32 policy_logits: output 'ratio'"),
     ("reference-cached-while-training", "between calls, rows rolled, weights negated (with grad)"),
