@@ -67,6 +67,21 @@ def _lead_reversed_in_memory(v: torch.Tensor, nlead: int) -> torch.Tensor:
     return v.permute(order).contiguous().permute(order)
 
 
+def _halves_of_one_buffer(inputs: dict, floats: list[str]) -> tuple[str, dict, tuple] | None:
+    """The first two row-wise float inputs of one shape and dtype as the halves of one
+    buffer's rows (``gate, up = gate_up.chunk(2, -1)``, a fused projection's output):
+    (label, inputs, lead), or None. A kernel that recognises the layout and takes a
+    fused path (writing its result over the first half, say) shows here only."""
+    for a, b in itertools.combinations(floats, 2):
+        x, y = inputs[a], inputs[b]
+        if x.shape == y.shape and x.dtype == y.dtype:
+            both = torch.cat([x, y], dim=-1)
+            n = x.shape[-1]
+            halves = {**inputs, a: both[..., :n], b: both[..., n:]}
+            return f"{a} and {b} halves of one buffer", halves, tuple(x.shape[:-1])
+    return None
+
+
 def _past_storage_start(v: torch.Tensor) -> torch.Tensor:
     """``v``'s values in a contiguous view one element into its storage (``ids[:, 1:]`` of
     one sequence, a parameter in FSDP's flat buffer), the element before it poisoned
@@ -457,12 +472,12 @@ class Contract(Check):
         """Non-contiguous inputs give the bits of their contiguous copies, forward and
         backward: rows padded (all row-wise inputs, then each alone), every other column,
         every input (ids and weights too) contiguous but one element into its storage,
-        every other row, the shifted-token views of RL (``logits[:, :-1]`` with
-        ``ids[:, 1:]``), whose lead dims do not flatten into one stride, and lead dims
-        permuted in memory (dense, not contiguous: [s, b, h] seen as [b, s, h]): a kernel that
-        addresses rows as ``row * stride(-2)``, or every operand by one operand's strides,
-        reads other rows. Each view on its own: one that raises (a ``fail``, named) never
-        hides the next."""
+        two inputs as the halves of one buffer, every other row, the shifted-token views
+        of RL (``logits[:, :-1]`` with ``ids[:, 1:]``), whose lead dims do not flatten
+        into one stride, and lead dims permuted in memory (dense, not contiguous:
+        [s, b, h] seen as [b, s, h]): a kernel that addresses rows as
+        ``row * stride(-2)``, or every operand by one operand's strides, reads other rows.
+        Each view on its own: one that raises (a ``fail``, named) never hides the next."""
         before = len(self.problems)
         for label, views, lead in self._strided_views(trial):
             # fresh copies: a view that is contiguous already gets one at offset 0 too
@@ -508,6 +523,8 @@ class Contract(Check):
                 v = wide[..., ::2]
             columns[k] = v
         yield "column-strided view", columns, (n,)
+        if halves := _halves_of_one_buffer(self.ctx.to_device(head), floats):
+            yield halves
         past = {k: _past_storage_start(v) for k, v in self.ctx.to_device(head).items()}
         yield "contiguous views past their storage's start", past, (n,)
         if not op.lead:

@@ -135,7 +135,7 @@ def test_the_fp32_reference_meets_the_contract_at_a_real_hidden_size(catalog, di
 
 
 def test_a_gemm_k_tail_dropped_fails_at_the_grids_hidden_192(catalog):
-    """The grid's second shape (16 x 192 x 4096) leaves 64 of a 128-wide K tile past the
+    """The grid's second shape (16 x 192 x 4100) leaves 64 of a 128-wide K tile past the
     vocab where a kernel takes its GEMM path: the shape sweep's hidden tails run at a
     vocab of 16 and less, the other grid shapes' hidden sizes are multiples of 128."""
     planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
@@ -145,3 +145,17 @@ def test_a_gemm_k_tail_dropped_fails_at_the_grids_hidden_192(catalog):
     assert bad.status == "fail", bad.message
     honest = run_one(planted, "linear_logp", "torch", "forward_accuracy", "fp32", shape)
     assert honest.status == "pass", honest.message
+
+
+def test_a_vocab_chunk_tail_masked_with_zero_fails_at_the_grids_real_hidden(catalog):
+    """The grid's real hidden size (1,024) runs at a vocab past two 1,024-column chunks
+    and no multiple of one: a chunked logsumexp whose padded tail counts e^0 per padded
+    column shows there. At vocab 1,000, a single chunk, it was exact; the shape sweep's
+    vocab tails run at a hidden of 16 and less."""
+    planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
+    grid = catalog.op("linear_logp").grid.shapes
+    shape = next(s for s in grid if s["hidden"] >= 512)
+    assert shape["vocab"] > 2048 and shape["vocab"] % 1024
+    for cand, want in (("vocab-chunk-tail-masked-with-zero", "fail"), ("torch", "pass")):
+        res = run_one(planted, "linear_logp", cand, "forward_accuracy", "fp32", shape)
+        assert res.status == want, (cand, res.message)
