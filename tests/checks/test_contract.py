@@ -22,6 +22,7 @@ def _fused_catalog(tmp_path, text: str | None = None):
     return api.load_catalog([spec, FIXTURES / "planted_logp_entropy.toml"])
 
 
+@pytest.mark.slow  # ~10 s: the quick suite stays under five minutes
 def test_a_scoped_rule_judges_the_gradient_of_its_own_outputs_only(tmp_path):
     """The honest fused kernel's entropy gradient is live on ignored rows: judged on the
     gradient of logp alone it passes; a logp whose gradient leaks there fails."""

@@ -31,6 +31,7 @@ def test_honest_candidates_are_deterministic_at_every_thread_count(catalog, cand
     assert torch.get_num_threads() == before  # restored
 
 
+@pytest.mark.slow  # ~10 s: the quick suite stays under five minutes
 def test_a_floored_thread_partition_fails_at_an_odd_thread_count(catalog):
     """Work that 1, 2 and 8 threads split evenly (a 10,000-column row) leaves a remainder
     at 3: a partition that floors V / threads drops it there only."""
@@ -62,7 +63,9 @@ def test_a_choice_fixed_by_the_first_calls_dtype_fails_in_a_pristine_process(cat
 def test_a_single_row_case_begins_its_pristine_process_with_a_batch(catalog):
     cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_at_first_call")
     shape = {"batch": 1, "seq": 1, "vocab": 1000}
-    res = run_small(cat, "bug", ["determinism"], shape=shape, seeds=[0])["determinism"]
+    res = run_small(cat, "bug", ["determinism"], shape=shape, seeds=[0], isolate=True)[
+        "determinism"
+    ]
     assert res.status == "fail", res.message
     assert "pristine process" in res.message and "(64, 1)" in res.message
 

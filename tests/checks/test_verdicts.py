@@ -160,6 +160,7 @@ def test_abort_in_a_contract_probe_is_a_crash_of_that_probe_only(catalog):
     assert all(status == "pass" for status, _ in others.values()), others
 
 
+@pytest.mark.slow  # ~10 s: the quick suite stays under five minutes
 def test_hang_in_a_probe_is_a_timeout_of_that_probe_only(catalog):
     cat = with_candidate(catalog, "faulty", "faulty_logp:hangs_on_empty_input")
     # the timeout bounds the honest checks of the case too: 10 s, so that they finish in

@@ -120,6 +120,7 @@ def test_an_online_merge_that_only_skips_minus_inf_fails_on_lowest_value_masks(c
         assert ok.status == "pass", (dist, ok.message)
 
 
+@pytest.mark.slow  # ~10 s: the quick suite stays under five minutes
 def test_a_result_cached_by_tensor_and_version_fails_on_a_refilled_buffer(catalog):
     cat = with_op_candidate(catalog, "entropy", "cached", "broken_entropy:result_cached_by_version")
     res = run_one(cat, "entropy", "cached", "contract", "fp32", SMALL)
@@ -137,6 +138,7 @@ def test_an_output_buffer_kept_under_inference_mode_fails_integrity():
     assert run_one(planted, "entropy", "torch", "integrity", "fp32", SMALL).status == "pass"
 
 
+@pytest.mark.slow  # ~10 s: the quick suite stays under five minutes
 def test_a_backward_reading_an_output_edited_in_place_fails_the_contract():
     """The textbook backward reading H from ``ctx.h``: ``h.add_(1)`` between forward and
     backward shifts its gradient; the shipped candidate keeps its bits."""
