@@ -131,7 +131,20 @@ class BackwardPrecision(Check):
     needs_grad = True
     # a training batch for the gradients of shared inputs: rows up to ``big_rows``, and up
     # to ``big_work`` products of a row's dims (0: none), as ``determinism``'s
-    PARAMS = {"ratio": 2.0, "floor_ulp": 8, "big_rows": 4096, "big_work": 1 << 32}
+    # in the op's big-batch case (CaseContext.is_big_batch_case) a real training batch:
+    # at least ``huge_rows`` rows (a micro-batch of tokens past 2^16) and enough to pass
+    # ``huge_elements`` row-wise elements (256 MiB of fp32, where kernels commonly switch
+    # strategy), within ``huge_work`` products of a row's dims; an odd count, which no
+    # block size divides (0: none)
+    PARAMS = {
+        "ratio": 2.0,
+        "floor_ulp": 8,
+        "big_rows": 4096,
+        "big_work": 1 << 32,
+        "huge_rows": 65537,
+        "huge_elements": 1 << 26,
+        "huge_work": 1 << 33,
+    }
     summary = (
         "each gradient's relative L1 error per row (its scale taken out) <= ratio x an "
         "honest fp32 reference gradient's + a rounding floor, per element class"
@@ -256,6 +269,8 @@ class BackwardPrecision(Check):
         row each and round like an honest result."""
         ctx, op = self.ctx, self.ctx.op
         rows = ctx.training_rows(int(self.params["big_rows"]), int(self.params["big_work"]))
+        if ctx.is_big_batch_case():
+            rows = max(rows, self._huge_rows())
         if self.shared_only or not rows or not ctx.shared_grad_inputs:
             return
         inner = {d: n for d, n in ctx.sizes.items() if d not in op.lead}
@@ -274,6 +289,20 @@ class BackwardPrecision(Check):
                 self._keep(replace(j, label=f"{j.label}, {at}"))
         for name, counts in judge.rounding.items():
             self.rounding.setdefault(name, RoundingCounts()).add(counts)
+
+    def _huge_rows(self) -> int:
+        """The big-batch case's training batch (``huge_*`` in ``PARAMS``): a kernel may
+        switch its weight-gradient strategy past a size the grid's batches never reach
+        (partials over a fixed number of blocks that floor the rows per block, token
+        chunks of an lm_head's gradient past 2^26 logits), and such a switch drops rows
+        only where the block size does not divide the count. 0 where ``huge_rows`` is."""
+        least = int(self.params["huge_rows"])
+        if not least:
+            return 0
+        row_elements = self.ctx.row_bytes(1)
+        want = max(least, int(self.params["huge_elements"]) // row_elements + 1)
+        rows = min(want, int(self.params["huge_work"]) // self.ctx.row_work)
+        return rows | 1 if rows > math.prod(self.ctx.lead) else 0
 
     def _sums(self, trial: Trial, cand: dict, with_reference: bool) -> dict[str, Sums]:
         """One pass over the gold gradient (and, ``with_reference``, the reference's, in the

@@ -159,3 +159,20 @@ def test_a_vocab_chunk_tail_masked_with_zero_fails_at_the_grids_real_hidden(cata
     for cand, want in (("vocab-chunk-tail-masked-with-zero", "fail"), ("torch", "pass")):
         res = run_one(planted, "linear_logp", cand, "forward_accuracy", "fp32", shape)
         assert res.status == want, (cand, res.message)
+
+
+@pytest.mark.slow  # two candidates' backward at 134,217 tokens x 64 x 1,000: ~35 s
+def test_weight_grad_token_chunks_floored_past_2_26_logits_fail_in_the_big_batch_case():
+    """backward_precision's training batch holds at most 2^26 logits in the grid's cases
+    (4,096 tokens); the op's big-batch case (with_bias on, the grid's first shape) takes
+    2^33 multiply-adds, an odd 134,217 tokens: an lm_head gradient over token chunks whose
+    count is floored loses the last tokens there."""
+    planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
+    shape, big = {"tokens": 64, "hidden": 64, "vocab": 1000}, {"attributes": {"with_bias": True}}
+    assert shape == planted.ops["linear_logp"].grid.shapes[0]
+    name = "weight-grad-token-chunks-floored"
+    bad = run_one(planted, "linear_logp", name, "backward_precision", "fp32", shape, **big)
+    assert bad.status == "fail", bad.message
+    assert "gradient:weight, all entries, at a training batch of 134217 rows" in bad.message
+    honest = run_one(planted, "linear_logp", "torch", "backward_precision", "fp32", shape, **big)
+    assert honest.status == "pass", honest.message

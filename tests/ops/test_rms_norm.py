@@ -172,3 +172,19 @@ def test_atomics_past_a_4096_row_training_batch_fail_in_the_ops_big_batch_case(p
     assert one(planted, name, "determinism").status == "pass"  # 4,096 rows: one order
     honest = run_one(planted, "rms_norm", "torch", "determinism", "fp32", SMALL, **big)
     assert honest.status == "pass", honest.message
+
+
+@pytest.mark.slow  # two candidates' backward at 262,145 rows x 256: ~10 s
+def test_weight_grad_blocks_that_floor_a_huge_batch_fail_in_the_ops_big_batch_case(planted):
+    """backward_precision's training batch is 4,096 rows in every case (2^24 elements at
+    hidden 4,096); in the op's big-batch case it passes 2^26 elements with an odd count
+    (262,145 rows at hidden 256), where a kernel summing the weight gradient over a fixed
+    grid of blocks that floors the rows per block loses the rest."""
+    name = "weight-grad-blocks-floored-past-2-24"
+    big = {"attributes": {"eps": 1e-5}}
+    bad = run_one(planted, "rms_norm", name, "backward_precision", "fp32", SMALL, **big)
+    assert bad.status == "fail", bad.message
+    assert "gradient:weight, all entries, at a training batch of 262145 rows" in bad.message
+    assert one(planted, name, "backward_precision").status == "pass"  # 4,096 rows: exact
+    honest = run_one(planted, "rms_norm", "torch", "backward_precision", "fp32", SMALL, **big)
+    assert honest.status == "pass", honest.message
