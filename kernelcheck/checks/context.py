@@ -64,6 +64,9 @@ class CaseContext:
     # each switch attribute whose input the candidate takes -> (its other value, the op
     # as a case at that value sees it): logp with a mask, where the case has none
     switched_ops: dict[str, tuple[bool, OpSpec]] = field(default_factory=dict)
+    # the swept attributes the candidate can be called at (None: every one): where it
+    # takes none, no sweep case runs for it and the first grid case is its big-batch case
+    swept_taken: frozenset[str] | None = None
     gradient_scale_fn: Callable | None = None  # backward_precision's yardstick, if not |gold|
     # trials of every candidate (by default none: not shared)
     shared: SharedTrials = field(default_factory=lambda: SharedTrials(None))
@@ -108,14 +111,17 @@ class CaseContext:
         logits) once, and a repro pinning them does too. An op that sweeps no attribute
         takes it in its first dtype's case of its first grid shape (swiglu's 64 x 1,000
         grid rows would never pass 2^24 elements, where a kernel may take a flat threaded
-        path)."""
-        op = self.op
-        if not op.attribute_sweeps:  # no sweep case to take it: the first grid case does
+        path). A candidate is judged there at the sweeps it can be called at: one that
+        takes no swept attribute (a linear_logp without a bias) takes it in the first grid
+        case, where it runs, and never meets the huge batches otherwise."""
+        op, taken = self.op, self.swept_taken
+        sweeps = {n: v for n, v in op.attribute_sweeps.items() if taken is None or n in taken}
+        if not sweeps:  # no sweep case to take it: the first grid case does
             return self.at_first_grid_case()
         attrs = self.case.attributes
         off = op.off_grid(attrs)
-        firsts = all(op.attribute_sweeps.get(n, (None,))[0] == attrs[n] for n in off)
-        return bool(off) and firsts and len(off) >= min(2, len(op.attribute_sweeps))
+        firsts = all(sweeps.get(n, (None,))[0] == attrs[n] for n in off)
+        return bool(off) and firsts and len(off) >= min(2, len(sweeps))
 
     def at_first_grid_case(self) -> bool:
         """Whether the case is at the grid's first dtype and first shape (its attributes

@@ -114,6 +114,19 @@ def unhonoured(fn, op: OpSpec, attrs: dict) -> list[str]:
     return [f"{k}={v}" for k, v in attrs.items() if k in missing and v != op.attributes[k][0]]
 
 
+def swept_taken(fn, op: OpSpec) -> frozenset[str]:
+    """The swept attributes ``fn`` can be called at: the value attributes it declares,
+    and the switches all of whose inputs it takes."""
+    names = set(op.attribute_sweeps)
+    value = takes(fn, names - op.switches)
+    switched = set()
+    for s in names & op.switches:
+        inputs = {i.name for i in op.inputs if i.when == s}
+        if takes(fn, inputs) == inputs:
+            switched.add(s)
+    return frozenset(value | switched)
+
+
 def _rebinder(fn, gold_fn, attrs: dict):
     """``rebound(changes)`` -> (fn, gold_fn) bound to ``attrs`` updated with ``changes``."""
 
@@ -209,9 +222,10 @@ def prepare_case(op: OpSpec, case: Case, options: RunOptions, progress, clock) -
     # the op's attributes (eps, temperature) are keyword arguments of every callable;
     # a switch attribute (``when``) instead adds an input, which the candidate must take
     attrs = {k: v for k, v in case.attributes.items() if k not in op.switches}
-    switchable, switched_ops = (
+    switchable, switched_ops, sweeps_taken = (
         {i.name for i in op.inputs if i.when},
         _switched_ops(op, case, loaded.fn),
+        swept_taken(loaded.fn, op),
     )
     op = op.for_attributes(case.attributes).for_candidate(cand.name)
     switched = [i.name for i in op.inputs if i.name in switchable]
@@ -242,6 +256,7 @@ def prepare_case(op: OpSpec, case: Case, options: RunOptions, progress, clock) -
         other_attribute_values=other_attribute_values(op, attrs, takes(loaded.fn, attrs)),
         rebound=rebound,
         switched_ops=switched_ops,
+        swept_taken=sweeps_taken,
     )
     return Prepared(ctx, loaded.fn, loaded.implementation)
 

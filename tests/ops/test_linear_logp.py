@@ -176,3 +176,9 @@ def test_weight_grad_token_chunks_floored_past_2_26_logits_fail_in_the_big_batch
     assert "gradient:weight, all entries, at a training batch of 134217 rows" in bad.message
     honest = run_one(planted, "linear_logp", "torch", "backward_precision", "fp32", shape, **big)
     assert honest.status == "pass", honest.message
+    # a head without a bias never runs the with_bias sweep: the grid's first case is its
+    # big-batch case
+    name = "weight-grad-token-chunks-floored-without-bias"
+    bad = run_one(planted, "linear_logp", name, "backward_precision", "fp32", shape)
+    assert bad.status == "fail", bad.message
+    assert "at a training batch of 134217 rows" in bad.message
