@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
+from kernelcheck.candidates.siblings import with_siblings
 from kernelcheck.cases import run_folder
 from kernelcheck.cases.grid import Case, fmt_attr, parse_shard, shard, share_invariance_pools
 from kernelcheck.cases.inputs import DISTRIBUTIONS, inner_shape, is_distribution
@@ -142,7 +143,7 @@ def plan(
     dev = resolve_device(device)
     shapes = _sanitized_shapes(sanitize, dev, isolate, shapes, given=bool(shape))
     probed = _probe_candidates(spec, dev, device, wanted, include_bench_only, allow_missing)
-    runnable, unavailable = probed.runnable, probed.unavailable
+    spec, runnable = with_siblings(spec, catalog.ops, probed.runnable), probed.runnable
     cases = _cases(
         spec, dev, dts, shapes, seed_list, dists, checks, runnable, attributes or {}, sweeps
     )
@@ -166,8 +167,8 @@ def plan(
         )
     )
     return Plan(
-        spec, dev, cases, options, unavailable, shard_kn, isolate, timeout_s, digest,
-        missing={n: unavailable[n] for n in probed.missing},
+        spec, dev, cases, options, probed.unavailable, shard_kn, isolate, timeout_s, digest,
+        missing={n: probed.unavailable[n] for n in probed.missing},
         missing_cases=shard(blocked, *shard_kn) if shard_kn else blocked,
         not_planned={
             **_not_planned(spec, dts),

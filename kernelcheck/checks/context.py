@@ -67,6 +67,9 @@ class CaseContext:
     # the swept attributes the candidate can be called at (None: every one): where it
     # takes none, no sweep case runs for it and the first grid case is its big-batch case
     swept_taken: frozenset[str] | None = None
+    # (label, op, callable) of the candidate's siblings: its module's functions for other
+    # ops, which may share state with it (candidates/siblings.py)
+    siblings: tuple[tuple[str, OpSpec, Callable], ...] = ()
     gradient_scale_fn: Callable | None = None  # backward_precision's yardstick, if not |gold|
     # trials of every candidate (by default none: not shared)
     shared: SharedTrials = field(default_factory=lambda: SharedTrials(None))

@@ -19,6 +19,7 @@ from dataclasses import replace
 import torch
 
 from kernelcheck import dtypes, gold
+from kernelcheck.cases.inputs import make_inputs
 from kernelcheck.checks import concurrent_calls
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.context import CaseContext
@@ -170,6 +171,7 @@ class Contract(Check):
             self._integer_masks,
             self._under_autocast,
             self._updated_in_place,
+            self._after_siblings,
             self._scaled_up,
             self._other_dtypes,
             self._other_attributes,
@@ -667,6 +669,34 @@ class Contract(Check):
                 self._updated_with_grad(trial, new, names, f"{label} (with grad)")
             if len(self.problems) == before:
                 self.passed.append(label + (", also with grad" if ctx.grad else ""))
+
+    def _after_siblings(self, trial: Trial) -> None:
+        """Each sibling (the candidate's module's function for another op, at each of its
+        attribute values: ``CaseContext.siblings``) called first on the case's very
+        tensors of each float input both ops take, its other inputs drawn: the
+        candidate's output must then be within the contract tolerance of the gold, and
+        again after those tensors are refilled in place (:meth:`_refills`' first). A
+        library whose logp keeps row statistics for its entropy, keyed by the tensor,
+        serves them at the wrong temperature or for old values."""
+        ctx = self.ctx
+        head, lead = self._head(trial)
+        how, new = next(self._refills(head, lead))
+        for label, sib, fn in ctx.siblings:
+            both = [k for k in head if head[k].is_floating_point() and _same_input(ctx.op, sib, k)]
+            if not both:
+                continue
+            sizes = {d: ctx.sizes.get(d, dim.default) for d, dim in sib.dims.items()}
+            theirs = make_inputs(sib, sizes, ctx.case.dtype, trial.seed, "normal", lead=lead)
+            dev = ctx.to_device(head)
+            args = {**ctx.to_device(theirs), **{k: dev[k] for k in both}}
+            what = f"after {label} on the same {', '.join(both)}"
+            if not _sibling_ran(fn, args):
+                continue  # a sibling that refuses these inputs is its own op's to judge
+            self._judge_outputs(f"{what}: output", ctx.call(dev), head, lead, whose="the gold")
+            _sibling_ran(fn, args)
+            _refill(dev, new, both)
+            self._judge_outputs(f"{what}, then {how}: output", ctx.call(dev), new, lead)
+            self.passed.append(what)
 
     def _refills(self, head: dict, lead) -> Iterator[tuple[str, dict]]:
         """(how, new values) of each in-place update: the shared floats negated (exact; an
@@ -1612,6 +1642,22 @@ class Contract(Check):
             status = "fail" if self.problems else "error"
             return Outcome(status, msg, metrics, {"mode": "exact"}, seed, dist)
         return Outcome("pass", "", metrics, {"mode": "exact"}, seed, dist)
+
+
+def _same_input(op, other, name: str) -> bool:
+    """Whether ``other`` takes an input ``name`` of the same dims as ``op``'s."""
+    theirs = [i for i in other.inputs if i.name == name]
+    return bool(theirs) and tuple(theirs[0].shape) == tuple(op.input(name).shape)
+
+
+def _sibling_ran(fn, args: dict) -> bool:
+    """Call a sibling as a model would, before the candidate; False where it raised."""
+    try:
+        with torch.no_grad(), poisoned_allocations():
+            fn(**args)
+    except Exception:  # noqa: BLE001 - the sibling's own op judges its refusals
+        return False
+    return True
 
 
 def _refill(dev: dict, new: dict, names: list) -> None:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kernelcheck import candidates
 from kernelcheck.candidates.devices import torch_device
-from kernelcheck.cases.grid import Case, rows
+from kernelcheck.cases.grid import Case, fmt_attr, rows
 from kernelcheck.cases.inputs import MIX
 from kernelcheck.cases.trial_store import SharedTrials
 from kernelcheck.checks import CHECKS, CandidateFault, CaseContext, Check, Outcome, Trial
@@ -125,6 +125,29 @@ def swept_taken(fn, op: OpSpec) -> frozenset[str]:
         if takes(fn, inputs) == inputs:
             switched.add(s)
     return frozenset(value | switched)
+
+
+def _siblings(op: OpSpec, name: str) -> tuple[tuple[str, OpSpec, Callable], ...]:
+    """(label, op, callable) of each sibling of candidate ``name`` (``OpSpec.siblings``)
+    at its op's defaults and at each other value of a value attribute it takes (the
+    grid's and the sweep's: logp at temperature 0.7): a sibling's state may follow them.
+    One that cannot be loaded is left out: it is judged as a candidate of its own op."""
+    found = []
+    for cand, sib in op.siblings:
+        if cand != name:
+            continue
+        try:
+            fn = candidates.load(sib.candidates[cand]).fn
+        except ImportPathError:
+            continue
+        defaults = {k: v[0] for k, v in sib.attributes.items() if k not in sib.switches}
+        at_defaults = sib.for_attributes({})
+        found.append((sib.name, at_defaults, with_attributes(fn, defaults)))
+        for attr, values in other_attribute_values(sib, defaults, takes(fn, defaults)).items():
+            for v in values:
+                label = f"{sib.name} at {attr}={fmt_attr(v)}"
+                found.append((label, at_defaults, with_attributes(fn, {**defaults, attr: v})))
+    return tuple(found)
 
 
 def _rebinder(fn, gold_fn, attrs: dict):
@@ -257,6 +280,7 @@ def prepare_case(op: OpSpec, case: Case, options: RunOptions, progress, clock) -
         rebound=rebound,
         switched_ops=switched_ops,
         swept_taken=sweeps_taken,
+        siblings=_siblings(op, cand.name),
     )
     return Prepared(ctx, loaded.fn, loaded.implementation)
 

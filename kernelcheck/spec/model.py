@@ -290,6 +290,10 @@ class OpSpec:
     # inputs an attribute switched on (:meth:`for_attributes`): a candidate may be called
     # without them, as at the attribute's other value
     switched_on: tuple[str, ...] = ()
+    # (candidate, another op with that candidate's sibling as its one candidate): a
+    # function of the candidate's module for another op (:func:`api.with_siblings`),
+    # which may share state with it (row statistics kept by one op, read by the other)
+    siblings: tuple[tuple[str, OpSpec], ...] = ()
 
     @property
     def base_dir(self) -> Path:

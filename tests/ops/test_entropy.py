@@ -178,3 +178,20 @@ def test_an_out_of_range_rule_scoped_to_one_output(tmp_path):
     assert report.passed, [(r.check, r.message) for r in report.results if r.status != "pass"]
     acc = next(r for r in report.results if r.check == "forward_accuracy")
     assert acc.tolerance["per_name"]["entropy"]["atol"] == 3e-5
+
+
+def test_an_entropy_reusing_its_librarys_logp_row_statistics_fails_the_contract():
+    """shared_row_stats: logp keeps each row's logsumexp for the entropy of the same
+    tensor, keyed by its address and version (not the temperature). Judged alone, each op
+    is honest; the contract calls the module's logp first (its sibling for the catalog's
+    logp op), at each of logp's temperatures, then on the refilled tensor."""
+    planted = api.load_catalog([FIXTURES / "planted_entropy.toml"])
+    name = "row-stats-from-logp"
+    bad = run_one(planted, "entropy", name, "contract", "fp32", SMALL, seeds=[0])
+    assert bad.status == "fail", bad.message
+    assert "after logp at temperature=0.7 on the same logits: output 'entropy'" in bad.message
+    assert "after logp on the same logits, then rows rolled" in bad.message
+    for check in ("forward_accuracy", "determinism"):  # alone, it is honest
+        assert run_one(planted, "entropy", name, check, "fp32", SMALL, seeds=[0]).status == "pass"
+    honest = run_one(planted, "entropy", "torch", "contract", "fp32", SMALL, seeds=[0])
+    assert honest.status == "pass", honest.message
