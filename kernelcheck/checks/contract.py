@@ -696,7 +696,31 @@ class Contract(Check):
             _sibling_ran(fn, args)
             _refill(dev, new, both)
             self._judge_outputs(f"{what}, then {how}: output", ctx.call(dev), new, lead)
-            self.passed.append(what)
+            if ctx.grad:
+                self._after_sibling_with_grad(trial, fn, theirs, both, what)
+            self.passed.append(what + (", also with grad" if ctx.grad else ""))
+
+    def _after_sibling_with_grad(self, trial, fn, theirs: dict, both: list, what: str) -> None:
+        """:meth:`_after_siblings` on the training path: the sibling's forward with grad on
+        the case's grad inputs as leaves (a model's logits), then the candidate's forward
+        and backward on them: outputs within the contract tolerance of the gold, gradients
+        within twice it of a fresh call's (state kept by the training path only)."""
+        ctx = self.ctx
+        head, lead = self._head(trial)
+        dev = ctx.to_device(head)
+        for name in ctx.op.grad_inputs:
+            dev[name].requires_grad_(True)
+        if not _sibling_ran(fn, {**ctx.to_device(theirs), **{k: dev[k] for k in both}}, True):
+            return
+        ups = ctx.upstream(trial.seed, lead)
+        args, outs = ctx.forward_with_grad(dev, ups)
+        label = f"{what} (with grad)"
+        self._judge_outputs(f"{label}: output", outs, head, lead, whose="the gold")
+        grads = ctx.backward_of(args, outs, ups)
+        _, fresh = ctx.call_backward(ctx.to_device(head), ups)
+        for n, want in fresh.items():
+            tol = ctx.tolerance("backward_accuracy", n)
+            self._close(f"{label}: gradient {n!r}", "a fresh call's", tol, grads[n], want, 2.0)
 
     def _refills(self, head: dict, lead) -> Iterator[tuple[str, dict]]:
         """(how, new values) of each in-place update: the shared floats negated (exact; an
@@ -1650,10 +1674,11 @@ def _same_input(op, other, name: str) -> bool:
     return bool(theirs) and tuple(theirs[0].shape) == tuple(op.input(name).shape)
 
 
-def _sibling_ran(fn, args: dict) -> bool:
-    """Call a sibling as a model would, before the candidate; False where it raised."""
+def _sibling_ran(fn, args: dict, grad: bool = False) -> bool:
+    """Call a sibling as a model would, before the candidate (``grad``: with its graph,
+    as a training step's forward); False where it raised."""
     try:
-        with torch.no_grad(), poisoned_allocations():
+        with torch.enable_grad() if grad else torch.no_grad(), poisoned_allocations():
             fn(**args)
     except Exception:  # noqa: BLE001 - the sibling's own op judges its refusals
         return False

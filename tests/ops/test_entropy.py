@@ -189,9 +189,19 @@ def test_an_entropy_reusing_its_librarys_logp_row_statistics_fails_the_contract(
     name = "row-stats-from-logp"
     bad = run_one(planted, "entropy", name, "contract", "fp32", SMALL, seeds=[0])
     assert bad.status == "fail", bad.message
-    assert "after logp at temperature=0.7 on the same logits: output 'entropy'" in bad.message
-    assert "after logp on the same logits, then rows rolled" in bad.message
+    assert bad.message.startswith("after logp on the same logits: output 'entropy'")
     for check in ("forward_accuracy", "determinism"):  # alone, it is honest
         assert run_one(planted, "entropy", name, check, "fp32", SMALL, seeds=[0]).status == "pass"
     honest = run_one(planted, "entropy", "torch", "contract", "fp32", SMALL, seeds=[0])
     assert honest.status == "pass", honest.message
+
+
+def test_an_entropy_reusing_logp_row_statistics_on_the_training_path_fails_the_contract():
+    """The same state kept and read by the forwards with grad only: the contract calls
+    the module's logp with grad too, then the candidate's forward and backward."""
+    planted = api.load_catalog([FIXTURES / "planted_entropy.toml"])
+    name = "row-stats-from-logp-in-training"
+    bad = run_one(planted, "entropy", name, "contract", "fp32", SMALL, seeds=[0])
+    assert bad.status == "fail", bad.message
+    assert "after logp at temperature=0.7 on the same logits (with grad): output" in bad.message
+    assert "on the same logits: output" not in bad.message  # its no-grad path is honest
