@@ -134,11 +134,13 @@ class BackwardPrecision(Check):
     # in the op's big-batch case (CaseContext.is_big_batch_case) a real training batch:
     # at least ``huge_rows`` rows (a micro-batch of tokens past 2^16) and enough to pass
     # ``huge_elements`` row-wise elements (256 MiB of fp32, where kernels commonly switch
-    # strategy), but at most ``huge_rows_max`` rows and ``huge_work`` products of a row's
-    # dims; an odd count, which no block size divides (``huge_rows = 0``: none). Past
-    # 2^18 rows an honest fp32 GEMM's sum over the rows drifts from the reference's, which
-    # adds its row chunks in float64 (linear_logp at hidden 8, vocab 64: 7.5M tokens gave
-    # the torch candidate 6 times the reference's error)
+    # strategy), but at most ``huge_rows_max`` rows, twice ``huge_elements`` (at long
+    # rows: rms_norm at hidden 8,192 takes 16,385 rows, not 65,537, 2 GiB of fp32) and
+    # ``huge_work`` products of a row's dims; an odd count, which no block size divides
+    # (``huge_rows = 0``: none). Past 2^18 rows an honest fp32 GEMM's sum over the rows
+    # drifts from the reference's, which adds its row chunks in float64 (linear_logp at
+    # hidden 8, vocab 64: 7.5M tokens gave the torch candidate 6 times the reference's
+    # error)
     PARAMS = {
         "ratio": 2.0,
         "floor_ulp": 8,
@@ -304,9 +306,12 @@ class BackwardPrecision(Check):
         if not least:
             return 0
         row_elements = self.ctx.row_bytes(1)
-        want = max(least, int(self.params["huge_elements"]) // row_elements + 1)
+        elements = int(self.params["huge_elements"])
+        want = max(least, elements // row_elements + 1)
         most = min(
-            int(self.params["huge_rows_max"]), int(self.params["huge_work"]) // self.ctx.row_work
+            int(self.params["huge_rows_max"]),
+            2 * elements // row_elements,
+            int(self.params["huge_work"]) // self.ctx.row_work,
         )
         rows = min(want, most)
         return rows | 1 if rows > math.prod(self.ctx.lead) else 0

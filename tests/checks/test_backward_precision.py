@@ -263,3 +263,22 @@ def test_a_weight_gradient_in_tf32_from_2048_tokens_fails_at_the_grids_real_hidd
     assert "gradient:weight, all entries, at a training batch of 4096 rows" in res.message
     honest = run_one(planted, "linear_logp", "torch", "backward_precision", "fp32", shape)
     assert honest.status == "pass", honest.message
+
+
+def test_the_big_batch_cases_training_batch_is_odd_past_2_26_elements_and_bounded(catalog):
+    """An odd count past 2^26 row-wise elements at the shipped big-batch shapes; at most
+    262,145 rows (past 2^18 an honest GEMM's long sum drifts from the chunked
+    reference's), twice 2^26 elements at long rows, 2^33 products of a row's dims."""
+    from kernelcheck.cases.grid import Case
+    from kernelcheck.checks.backward_precision import BackwardPrecision
+    from kernelcheck.checks.context import CaseContext
+
+    def rows(op: str, shape: dict) -> int:
+        case = Case(op, "torch", "cpu", "fp32", tuple(shape.items()), (0,), ())
+        ctx = CaseContext(catalog.ops[op], case, None, None, None, torch.device("cpu"), True)
+        return BackwardPrecision(ctx)._huge_rows()
+
+    assert rows("rms_norm", {"batch": 2, "seq": 16, "hidden": 256}) == 262145  # 2^26 + 256
+    assert rows("linear_logp", {"tokens": 64, "hidden": 64, "vocab": 1000}) == 134217  # 2^33
+    assert rows("linear_logp", {"tokens": 4, "hidden": 8, "vocab": 64}) == 262145
+    assert rows("rms_norm", {"batch": 2, "hidden": 8192}) == 16385  # 2^27 elements
