@@ -697,16 +697,16 @@ class Contract(Check):
             _refill(dev, new, both)
             self._judge_outputs(f"{what}, then {how}: output", ctx.call(dev), new, lead)
             if ctx.grad:
-                self._after_sibling_with_grad(trial, fn, theirs, both, what)
+                self._after_sibling_with_grad(trial, (head, lead), fn, theirs, both, what)
             self.passed.append(what + (", also with grad" if ctx.grad else ""))
 
-    def _after_sibling_with_grad(self, trial, fn, theirs: dict, both: list, what: str) -> None:
+    def _after_sibling_with_grad(self, trial, at, fn, theirs: dict, both: list, what) -> None:
         """:meth:`_after_siblings` on the training path: the sibling's forward with grad on
         the case's grad inputs as leaves (a model's logits), then the candidate's forward
         and backward on them: outputs within the contract tolerance of the gold, gradients
-        within twice it of a fresh call's (state kept by the training path only)."""
-        ctx = self.ctx
-        head, lead = self._head(trial)
+        within twice it of a fresh call's (state kept by the training path only). ``at``:
+        the case's (head, lead)."""
+        ctx, (head, lead) = self.ctx, at
         dev = ctx.to_device(head)
         for name in ctx.op.grad_inputs:
             dev[name].requires_grad_(True)

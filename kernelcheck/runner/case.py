@@ -114,17 +114,11 @@ def unhonoured(fn, op: OpSpec, attrs: dict) -> list[str]:
     return [f"{k}={v}" for k, v in attrs.items() if k in missing and v != op.attributes[k][0]]
 
 
-def swept_taken(fn, op: OpSpec) -> frozenset[str]:
+def swept_taken(fn, op: OpSpec, switches_taken) -> frozenset[str]:
     """The swept attributes ``fn`` can be called at: the value attributes it declares,
-    and the switches all of whose inputs it takes."""
+    and the switches whose inputs it takes (``switches_taken``: :func:`_switched_ops`'s)."""
     names = set(op.attribute_sweeps)
-    value = takes(fn, names - op.switches)
-    switched = set()
-    for s in names & op.switches:
-        inputs = {i.name for i in op.inputs if i.when == s}
-        if takes(fn, inputs) == inputs:
-            switched.add(s)
-    return frozenset(value | switched)
+    return frozenset(takes(fn, names - op.switches) | (names & set(switches_taken)))
 
 
 def _siblings(op: OpSpec, name: str) -> tuple[tuple[str, OpSpec, Callable], ...]:
@@ -245,11 +239,11 @@ def prepare_case(op: OpSpec, case: Case, options: RunOptions, progress, clock) -
     # the op's attributes (eps, temperature) are keyword arguments of every callable;
     # a switch attribute (``when``) instead adds an input, which the candidate must take
     attrs = {k: v for k, v in case.attributes.items() if k not in op.switches}
-    switchable, switched_ops, sweeps_taken = (
+    switchable, switched_ops = (
         {i.name for i in op.inputs if i.when},
         _switched_ops(op, case, loaded.fn),
-        swept_taken(loaded.fn, op),
     )
+    sweeps_taken = swept_taken(loaded.fn, op, switched_ops)
     op = op.for_attributes(case.attributes).for_candidate(cand.name)
     switched = [i.name for i in op.inputs if i.name in switchable]
     if cannot := unhonoured(loaded.fn, op, attrs) + sorted(

@@ -291,7 +291,7 @@ class OpSpec:
     # without them, as at the attribute's other value
     switched_on: tuple[str, ...] = ()
     # (candidate, another op with that candidate's sibling as its one candidate): a
-    # function of the candidate's module for another op (:func:`api.with_siblings`),
+    # function of the candidate's module for another op (``candidates/siblings.py``),
     # which may share state with it (row statistics kept by one op, read by the other)
     siblings: tuple[tuple[str, OpSpec], ...] = ()
 
