@@ -14,8 +14,15 @@ from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
 from kernelcheck.candidates.siblings import with_siblings
 from kernelcheck.cases import run_folder
-from kernelcheck.cases.grid import Case, fmt_attr, parse_shard, shard, share_invariance_pools
-from kernelcheck.cases.inputs import DISTRIBUTIONS, inner_shape, is_distribution
+from kernelcheck.cases.grid import (
+    Case,
+    fmt_attr,
+    parse_shard,
+    shard,
+    share_invariance_pools,
+    sweep_shapes,
+)
+from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
 from kernelcheck.checks import CHECKS, Outcome
 from kernelcheck.checks.shape_sweep import LONG_ROWS
 from kernelcheck.compare import op_spec_digest, plan_digest
@@ -302,10 +309,12 @@ def swept_at_first_dtype(checks: Iterable[str]) -> list[str]:
 
 
 def _sweep_gaps(spec: OpSpec, dts, checks, sweeps: bool, shapes: list) -> dict[str, str]:
-    """What the attribute sweeps leave to the first dtype (:func:`swept_at_first_dtype`)
-    and to the first shape, for the summary's list of what was not checked."""
+    """What the attribute sweeps leave to the first dtype (:func:`swept_at_first_dtype`),
+    to the first shape and to the defaults (``shape_sweep``'s residues and batches), for
+    the summary's list of what was not checked."""
     left = swept_at_first_dtype(checks)
-    if not (sweeps and spec.attribute_sweeps and left):
+    sweep = "shape_sweep" in checks
+    if not (sweeps and spec.attribute_sweeps and (left or sweep)):
         return {}
     defaults = {n: v[0] for n, v in spec.attributes.items()}
     values = ", ".join(  # each sweep set by its values off the defaults, as it was planned
@@ -314,45 +323,24 @@ def _sweep_gaps(spec: OpSpec, dts, checks, sweeps: bool, shapes: list) -> dict[s
         if a.sweep
     )
     gaps = {}
-    if len(dts) > 1:
-        what = f"{', '.join(left)} at {values} for {', '.join(dts[1:])}"
-        gaps[what] = (
-            f"attribute sweeps judge bitwise invariance and the size edges at {dts[0]}; "
-            "every dtype at the defaults"
+    if len(dts) > 1 and left:
+        gaps[f"{', '.join(left)} at {values} for {', '.join(dts[1:])}"] = (
+            f"attribute sweeps judge bitwise invariance at {dts[0]}; every dtype at the defaults"
         )
-    if "shape_sweep" in left:
-        what = f"shape_sweep's residues mod 64 and its {LONG_ROWS}-row lead at {values}"
+    if sweep:
+        what = f"shape_sweep's residues mod 64, wide batches and {LONG_ROWS}-row leads at {values}"
         gaps[what] = "attribute sweeps take the size edges (1-16, 2^k-1/2^k/2^k+1, vocabularies)"
-    bitwise = [n for n in left if n != "shape_sweep"]  # the sweep does not use the shape
-    for k in sweep_shapes(spec, shapes)[1:] if bitwise else []:
+    if sweep and len(dts) > 1:
+        others = ", ".join(dts[1:])
+        what = f"shape_sweep's size edges within the sweeps' shapes at {values} for {others}"
+        gaps[what] = "the sweeps' own shapes judge those widths there; the wider edges are swept"
+    for k in sweep_shapes(spec, shapes)[1:] if left else []:
         size = "x".join(str(v) for v in shapes[k].values())
-        gaps[f"{', '.join(bitwise)} at {values} at {size}"] = (
+        gaps[f"{', '.join(left)} at {values} at {size}"] = (
             "the sweeps' long-row shape judges an attribute across tiles (accuracy, precision, "
             "contract); its invariance is judged at the first shape and at the defaults here"
         )
     return gaps
-
-
-SWEEP_LONG_ROW = 1 << 14  # the longest row an attribute sweep's second shape may have
-
-
-def sweep_shapes(spec: OpSpec, shapes: list[dict[str, int]]) -> list[int]:
-    """The indices of the shapes the attribute sweeps run on: the grid's first (its
-    cheapest by convention) and the one with the longest row of at most
-    ``SWEEP_LONG_ROW`` elements, where that is longer than the first's. A tiled kernel
-    takes its multi-tile path there: an online softmax whose rescale forgets the
-    temperature is exact within one 4096-element tile and 0.11 off at V = 10000."""
-
-    def row(sizes: dict[str, int]) -> int:
-        inner = [math.prod(inner_shape(spec, i, sizes)) for i in spec.inputs if spec.is_row_wise(i)]
-        return max(inner, default=0)
-
-    if not shapes:
-        return []
-    lengths = [row(s) for s in shapes]
-    fits = [k for k, n in enumerate(lengths) if n <= SWEEP_LONG_ROW]
-    longest = max(fits, key=lambda k: lengths[k], default=0)
-    return [0] if lengths[longest] <= lengths[0] else [0, longest]
 
 
 def _cases(spec, dev, dts, shapes, seeds, dists, checks, runnable, overrides, sweeps) -> list[Case]:

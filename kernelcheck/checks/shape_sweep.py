@@ -31,7 +31,13 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
 - one lead of ``LONG_ROWS`` (65,537) rows at the op's default inner sizes (the widest at
   most 257: 2^24 elements in all): one grid dimension of 65,535 blocks, 16-bit row counts, and
   chunked passes over many rows. Its inputs and gold are shared by the run's candidates
-  like a trial's.
+  like a trial's;
+- one lead of ``LONG_ROWS`` rows at a real hidden size: the widest inner dim at
+  ``FAR_INNER`` (2,560, Qwen3-4B's hidden; the others at most ``OTHER_INNER``), 168M
+  elements: a launcher of 65,535 blocks of ``4096 // next_pow2(hidden)`` rows (one row
+  a block from 2,049 on) that never reaches the last rows, or stops advancing its row
+  pointer, shows nowhere narrower. Too large for a full gold, it is judged at its first
+  and last rows only, each against the gold of that row alone (``checks/far_rows.py``).
 
 Each shape is judged like ``forward_accuracy`` and ``backward_accuracy`` (the same
 contract tolerance, against the float64 gold), on inputs drawn exactly as a case of
@@ -43,20 +49,23 @@ sweep's time; a tail error inside a 16-bit contract tolerance is left to the gri
 shapes. The sweep does not depend on the case's own shape: it runs once per (candidate,
 dtype, attributes), in the grid's first shape's case.
 
-An attribute sweep (a value off the grid's: a temperature, an eps) runs it too, at the
-grid's first dtype and without the residues mod 64: a kernel's wide or tiled path that
-forgets the attribute (an eps hard-coded past hidden 4,096, a temperature dropped on
-the long-row path) shows at the size edges, where those paths begin.
+An attribute sweep (a value off the grid's: a temperature, an eps) runs it too, without
+the residues mod 64, the wide batches and the long leads: a kernel's wide or tiled path
+that forgets the attribute (an eps hard-coded past hidden 4,096, a temperature dropped
+on the long-row path) shows at the size edges, where those paths begin. At the grid's
+first dtype every edge; at the others (a 16-bit path of its own) the edges wider than
+the sweeps' own shapes (``cases.grid.swept_widths``), which judge the narrower sizes.
 """
 
 from __future__ import annotations
 
 import math
 
-from kernelcheck.cases.grid import lead_sizes
+from kernelcheck.cases.grid import lead_sizes, swept_widths
 from kernelcheck.cases.inputs import MIX, parts_of
 from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
 from kernelcheck.checks.check import Check
+from kernelcheck.checks.far_rows import far_rows_applies, judge_far_rows
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import OpSpec
@@ -77,6 +86,10 @@ MODEL_VOCABS = (32_000, 50_257, 128_256, 262_144, 262_208)
 LONG_ROWS = 65_537
 LONG_INNER = 257  # the long lead's inner sizes at most (65,537 x 257 > 2^24)
 OTHER_INNER = 16  # the inner dims not swept, at most
+# the far-rows lead's widest inner dim: a real model's (Qwen3-4B), aligned to 512, whose
+# next power of two is 4,096 (one row a block where a block takes 4,096 // next_pow2);
+# 4,096 itself would cost 1.6x (entropy's honest bf16 call: 25 s, 8 GB at 4,096)
+FAR_INNER = 2560
 HOT_CALLS = 32  # calls of each hot shape before its forward is judged again
 WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept size
 WIDE_ELEMENTS = 1 << 22  # a wide batch's elements, its rows within WIDE_ROWS
@@ -117,10 +130,12 @@ def swept_dims(op: OpSpec) -> list[str]:
     return [d for d in op.dims if d not in op.lead]
 
 
-def sweep_shapes(op: OpSpec, rows: int, full: bool = True) -> list[tuple[str, dict[str, int]]]:
+def sweep_shapes(
+    op: OpSpec, rows: int, full: bool = True, wider_than: dict[str, int] | None = None
+) -> list[tuple[str, dict[str, int]]]:
     """(label, sizes) of every swept shape, dim by dim, ascending; then the wide batches
     and the long lead; without ``full``, the size edges only (no residues mod 64, no wide
-    batches, no long lead).
+    batches, no long lead); with ``wider_than``, a dim's sizes past its value only.
 
     While one dim is swept the other inner dims sit at their defaults, at most
     ``OTHER_INNER`` (linear_logp's weight is vocab x hidden: a 2^17 hidden at the default
@@ -133,6 +148,8 @@ def sweep_shapes(op: OpSpec, rows: int, full: bool = True) -> list[tuple[str, di
     for dim in swept_dims(op):
         others = _other_inner(inner, dim)
         for size in sweep_sizes(dim, op.dims[dim].sweep_max, residues=full):
+            if wider_than is not None and size <= wider_than.get(dim, 0):
+                continue
             shapes.append((f"{dim}={size}", {**lead_sizes(op, rows), **others, dim: size}))
     if op.lead and full:
         shapes += wide_batches(op, inner)
@@ -140,6 +157,17 @@ def sweep_shapes(op: OpSpec, rows: int, full: bool = True) -> list[tuple[str, di
         long = {d: min(v, LONG_INNER if d == widest else OTHER_INNER) for d, v in inner.items()}
         shapes.append((f"{LONG_ROWS} rows", {**lead_sizes(op, LONG_ROWS), **long}))
     return shapes
+
+
+def far_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]]:
+    """(label, sizes) of the far-rows lead: LONG_ROWS rows, the widest inner dim at
+    FAR_INNER (within its ``sweep_max``), the others at their defaults, at most
+    OTHER_INNER."""
+    inner = {d: op.dims[d].default for d in swept_dims(op)}
+    widest = max(inner, key=inner.get)
+    size = min(FAR_INNER, op.dims[widest].sweep_max or FAR_INNER)
+    sizes = {**lead_sizes(op, LONG_ROWS), **_other_inner(inner, widest), widest: size}
+    return f"{LONG_ROWS} rows at {widest}={size}", sizes
 
 
 def _other_inner(inner: dict[str, int], dim: str) -> dict[str, int]:
@@ -180,11 +208,10 @@ class ShapeSweep(Check):
     small_inputs = True
     draws_own = True
     shrinkable = False  # it never depends on the case's own shape: the message names one
-    sweep_first_dtype_only = True
     summary = (
         "forward and backward within the contract tolerance at tail sizes: every residue "
         "mod 64 in one tile and past several, 2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
-        "real models' vocabularies up to 262,208, and 65,537 rows"
+        "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560)"
     )
 
     def __init__(self, ctx, params=None):
@@ -209,12 +236,23 @@ class ShapeSweep(Check):
         dist = MIX.join(self.ctx.case.distributions)
         rows = max(3, len(parts_of(dist)))
         full = not self.ctx.op.off_grid(self.ctx.case.attributes)  # an attribute sweep: edges
-        for label, sizes in sweep_shapes(self.ctx.op, rows, full):
+        for label, sizes in sweep_shapes(self.ctx.op, rows, full, self._wider_than(full)):
             if self.failed is not None:
                 return
             self.progress(label)
             self.shapes += 1
             self._judge(trial.seed, dist, label, sizes, full and is_hot(label))
+        if full and self.failed is None and swept_dims(self.ctx.op):
+            self._judge_far_rows(trial.seed, dist)
+
+    def _wider_than(self, full: bool) -> dict[str, int] | None:
+        """An attribute sweep's widths judged elsewhere, at a dtype other than the grid's
+        first: the sweeps' shapes' (and this case's own) size of each dim."""
+        grid, sizes = self.ctx.op.grid, self.ctx.sizes
+        if full or not grid.dtypes or self.ctx.case.dtype == grid.dtypes[0]:
+            return None
+        widths = swept_widths(self.ctx.op, [dict(s) for s in grid.shapes])
+        return {d: max(widths.get(d, 0), sizes.get(d, 0)) for d in {*widths, *sizes}}
 
     def _judge_classes(self) -> list[type[Check]]:
         """Those of JUDGES that apply to this case (a tolerance exists, backward checks
@@ -244,6 +282,21 @@ class ShapeSweep(Check):
                     again.release()
         finally:
             at.release()
+
+    def _judge_far_rows(self, seed: int, dist: str) -> None:
+        """The far-rows lead (:func:`far_rows_shape`), judged at its first and last rows."""
+        if far_rows_applies(self.ctx) is not None:
+            return
+        label, sizes = far_rows_shape(self.ctx.op)
+        self.progress(label)
+        self.shapes += 1
+        classes = self._judge_classes()
+        found = judge_far_rows(
+            self.ctx, seed, dist, sizes, ForwardAccuracy in classes, BackwardAccuracy in classes
+        )
+        if found is not None:
+            name, outcome = found
+            self.failed = (label, sizes, outcome, name)
 
     def _judged(self, cls: type[Check], sub, at: Trial, label: str, sizes: dict) -> bool:
         """Judge ``at`` with one of JUDGES; False (and the failure kept) when it fails."""

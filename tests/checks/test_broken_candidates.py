@@ -97,7 +97,14 @@ def test_off_by_small_passes_bf16_tolerance(catalog):
     assert res["forward_accuracy"].status == "pass"
 
 
-@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        "fp32",
+        pytest.param("bf16", marks=pytest.mark.slow),
+        pytest.param("fp16", marks=pytest.mark.slow),
+    ],
+)  # 11 s each: the 16-bit ones in the slow suite
 def test_torch_candidate_passes_every_check(catalog, dtype):
     res = run_small(catalog, "torch", None, dtype=dtype, seeds=[0, 1])
     assert set(res) == set(CHECKS)

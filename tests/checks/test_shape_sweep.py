@@ -159,7 +159,7 @@ def test_honest_candidates_pass_the_sweep(catalog, candidate):
     assert res.status == "pass", res.message
     op = catalog.ops["logp"]
     wide = wide_batches(op, {"vocab": op.dims["vocab"].default})
-    assert res.metrics["shapes"] == len(sweep_sizes("vocab")) + len(wide) + 1  # logp: vocab
+    assert res.metrics["shapes"] == len(sweep_sizes("vocab")) + len(wide) + 2  # logp: vocab
 
 
 def test_the_sweep_runs_once_per_candidate_dtype_and_attributes(catalog):
@@ -179,13 +179,7 @@ def test_an_attribute_sweep_takes_the_size_edges_where_a_wide_path_forgets_it(ca
     cat = with_op_candidate(catalog, "rms_norm", "bug", "broken_rms_norm:eps_fixed_past_4096")
     plan = api.plan(cat, "rms_norm", candidate_names=["bug"], device="cpu", sweeps=True)
     planned = {(c.dtype, c.attributes["eps"]) for c in plan.cases if "shape_sweep" in c.checks}
-    assert planned == {
-        ("fp32", 1e-6),
-        ("bf16", 1e-6),
-        ("fp16", 1e-6),
-        ("fp32", 1e-5),
-        ("fp32", 1e-3),
-    }
+    assert planned == {(d, e) for d in ("fp32", "bf16", "fp16") for e in (1e-6, 1e-5, 1e-3)}
     report = api.run(
         cat,
         "rms_norm",
@@ -201,10 +195,38 @@ def test_an_attribute_sweep_takes_the_size_edges_where_a_wide_path_forgets_it(ca
     assert by_eps[1e-6].status == "pass", by_eps[1e-6].message
     op = cat.ops["rms_norm"]
     wide = wide_batches(op, {"hidden": op.dims["hidden"].default})
-    assert by_eps[1e-6].metrics["shapes"] == len(sweep_sizes("hidden")) + len(wide) + 1
+    assert by_eps[1e-6].metrics["shapes"] == len(sweep_sizes("hidden")) + len(wide) + 2
     for eps in (1e-5, 1e-3):
         assert by_eps[eps].status == "fail" and "at hidden=4097" in by_eps[eps].message
     assert by_eps[1e-5].metrics["shapes"] < len(sweep_sizes("hidden", residues=False))
+
+
+def test_a_16_bit_attribute_sweep_takes_the_edges_wider_than_the_sweeps_shapes(catalog):
+    """rms_norm whose 16-bit path alone hard-codes eps past hidden 4,096: at eps = 1e-5
+    (a sweep value, pinned) fp32 passes every edge; bf16 fails at hidden 4,097, its
+    first edge past the sweeps' own shapes (hidden 256 and 4,096), which it skips."""
+    from tests.conftest import with_op_candidate
+
+    bug = "broken_rms_norm:eps_fixed_past_4096_in_16_bits"
+    cat = with_op_candidate(catalog, "rms_norm", "bug", bug)
+    # the default run sweeps eps in every dtype
+    plan = api.plan(cat, "rms_norm", candidate_names=["bug"], device="cpu", sweeps=True)
+    planned = {(c.dtype, c.attributes["eps"]) for c in plan.cases if "shape_sweep" in c.checks}
+    assert {("bf16", 1e-5), ("fp16", 1e-5), ("bf16", 1e-3)} <= planned
+    by = {}
+    for dtype in ("fp32", "bf16"):
+        report = api.run(
+            cat, "rms_norm", candidate_names=["bug"], device="cpu", dtype_names=dtype,
+            check_names=["shape_sweep"], seeds=[0], isolate=False, attributes={"eps": 1e-5},
+            shape={"batch": 2, "seq": 16, "hidden": 256},
+        )  # fmt: skip
+        (by[dtype],) = report.results
+    assert by["fp32"].status == "pass", by["fp32"].message
+    edges = len(sweep_sizes("hidden", residues=False))
+    assert by["fp32"].metrics["shapes"] == edges
+    assert by["bf16"].status == "fail", by["bf16"].message
+    assert by["bf16"].message.startswith("at hidden=4097 ")
+    assert by["bf16"].metrics["shapes"] == 1  # 4,097: the first one past 4,096
 
 
 @pytest.mark.slow  # 2^24 logits

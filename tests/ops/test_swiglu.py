@@ -32,7 +32,13 @@ PLANTED_BUGS = [
     ("in-place", "integrity", "fp32", "changed input 'gate'"),
     ("unit-column-stride", "contract", "fp32", "column-strided view"),
     ("up-by-gates-strides", "contract", "fp32", "row-padded up alone"),
-    ("result-over-fused-gate", "contract", "fp32", "gate and up halves of one buffer"),
+    pytest.param(  # 12 s
+        "result-over-fused-gate",
+        "contract",
+        "fp32",
+        "gate and up halves of one buffer",
+        marks=pytest.mark.slow,
+    ),
     ("exp-ratio-sigmoid", "forward_accuracy", "bf16", "NaN"),
     # one ulp off at most: only the direction shows
     ("gradient-truncated-to-bf16", "backward_precision", "bf16", "rounded toward zero"),

@@ -1,0 +1,177 @@
+"""A batch too large for a full gold, judged at its first and last rows.
+
+A launcher that maps rows to one grid dimension of at most 65,535 blocks, each block a
+few rows (``4096 // next_pow2(hidden)``), never reaches the rows past ``65,535 x rows
+per block``; one that stops advancing its row pointer there reads other rows. At a real
+hidden size (2,560: one row per block) that takes a batch of 65,537 rows, 168M elements:
+a float64 gold of all of it would cost ten times the candidate's call. But a row's
+result depends on that row alone (and the shared inputs), so the rows where such a bug
+shows, the first ones (a 16-bit row index wraps onto them) and the last ones, are judged
+against the gold of those rows alone: ``JUDGED`` distinct rows at each end, drawn as a
+case of ``2 x JUDGED + FILLERS`` rows draws them; every row between holds a copy of one
+of the ``FILLERS`` others, so a row read in place of a judged one is another row.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kernelcheck.cases.grid import lead_sizes
+from kernelcheck.cases.inputs import row_distribution
+from kernelcheck.checks.context import CaseContext
+from kernelcheck.checks.invariance import placed_rows
+from kernelcheck.checks.metrics import ErrorStats
+from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.rows import flat_rows
+from kernelcheck.checks.trial import Trial
+
+JUDGED = 64  # rows judged at each end of the batch
+FILLERS = 64  # distinct rows whose copies fill the batch between
+
+
+def row_order(rows: int) -> list[int]:
+    """For each row of the batch, the row of the small draw it copies: the first JUDGED
+    rows at the start, the next JUDGED at the end, the FILLERS others in turn between."""
+    body = rows - 2 * JUDGED
+    return [
+        *range(JUDGED),
+        *(2 * JUDGED + i % FILLERS for i in range(body)),
+        *range(JUDGED, 2 * JUDGED),
+    ]
+
+
+def judged_positions(rows: int) -> torch.Tensor:
+    """The rows of the batch judged: the first and the last JUDGED."""
+    return torch.cat([torch.arange(JUDGED), torch.arange(rows - JUDGED, rows)])
+
+
+def far_rows_applies(ctx: CaseContext) -> str | None:
+    """None, or why the op's far rows cannot be judged from their own gold: an output
+    that is not row-wise (a loss summed over the batch) depends on every row."""
+    op = ctx.op
+    if not op.lead:
+        return f"op {op.name} has no lead dims"
+    shared = [o.name for o in op.outputs if not op.is_row_wise(o)]
+    return f"output {shared[0]} is not row-wise" if shared else None
+
+
+def judge_far_rows(
+    ctx: CaseContext, seed: int, dist: str, sizes: dict[str, int], forward: bool, backward: bool
+) -> tuple[str, Outcome] | None:
+    """Call the candidate on a batch of ``sizes`` (its rows as :func:`row_order` places
+    them) and judge its judged rows against the gold of the small draw: the outputs
+    (``forward``), then the row-wise gradients and the outputs of that call
+    (``backward``). None where every judged element is within tolerance, else (the
+    judgment that failed, its outcome)."""
+    op, big = ctx.op, ctx.at_sizes(sizes)
+    rows = math.prod(big.lead)
+    inner = {d: n for d, n in sizes.items() if d not in op.lead}
+    small = Trial(ctx.at_sizes({**lead_sizes(op, 2 * JUDGED + FILLERS), **inner}), seed, dist)
+    try:
+        order, at = row_order(rows), judged_positions(rows)
+        source = {k: small.ctx.input_rows(k, v) for k, v in small.cpu_inputs.items()}
+
+        def placed_inputs() -> dict[str, torch.Tensor]:
+            return {
+                k: placed_rows(v, order, big.lead, ctx.device)
+                if op.is_row_wise(op.input(k))
+                else small.cpu_inputs[k].to(ctx.device, copy=True)
+                for k, v in source.items()
+            }
+
+        gold = [flat_rows(g, len(small.ctx.lead)) for g in small.gold]
+        if forward:
+            outs = _judged_rows(big, big.call(placed_inputs()), at)
+            found = _first_failure(ctx, small, rows, _output_pairs(ctx, "", outs, gold))
+            if found is not None:
+                return "forward_accuracy", found
+        if not backward:
+            return None
+        nlead = len(small.ctx.lead)
+        ups = [placed_rows(flat_rows(u, nlead), order, big.lead, "cpu") for u in small.upstream]
+        outs, grads = big.call_backward(placed_inputs(), ups)
+        pairs = [
+            (f"gradient:{n}", ctx.tolerance("backward_accuracy", n), _rows_of(big, grads[n], at), g)
+            for n, g in _gold_grad_rows(small).items()
+        ]
+        pairs += _output_pairs(ctx, " (with grad)", _judged_rows(big, outs, at), gold)
+        found = _first_failure(ctx, small, rows, pairs)
+        return None if found is None else ("backward_accuracy", found)
+    finally:
+        small.release()
+
+
+def _rows_of(big: CaseContext, t: torch.Tensor, at: torch.Tensor) -> torch.Tensor | str:
+    """Rows ``at`` of a row-wise result of the batch, or its wrong shape as a message."""
+    nlead = len(big.lead)
+    if tuple(t.shape[:nlead]) != big.lead:
+        return f"shape {tuple(t.shape)}: lead dims are not {big.lead}"
+    return flat_rows(t.detach().cpu(), nlead)[at]
+
+
+def _judged_rows(big: CaseContext, outs: list, at: torch.Tensor) -> list:
+    return [_rows_of(big, o, at) for o in outs]
+
+
+def _output_pairs(ctx: CaseContext, suffix: str, outs: list, gold: list) -> list[tuple]:
+    """(what, tolerance, candidate rows, gold rows) of each output."""
+    many = len(ctx.op.outputs) > 1
+    return [
+        (
+            (f"output:{spec.name}" if many else "output") + suffix,
+            ctx.tolerance("forward_accuracy", spec.name),
+            c,
+            g,
+        )
+        for spec, c, g in zip(ctx.op.outputs, outs, gold)
+    ]
+
+
+def _gold_grad_rows(small: Trial) -> dict[str, torch.Tensor]:
+    """The float64 gold gradient of every row-wise grad input, rows of the small draw."""
+    op = small.ctx.op
+    names = [n for n in op.grad_inputs if op.is_row_wise(op.input(n))]
+    parts: dict[str, list] = {n: [] for n in names}
+    for sl, chunk in small.gold_grad_chunks():
+        for n in names:
+            if sl is not None and n in chunk:
+                parts[n].append(chunk[n])
+    return {n: torch.cat(p) for n, p in parts.items() if p}
+
+
+def _first_failure(ctx, small: Trial, rows: int, pairs: list[tuple]) -> Outcome | None:
+    """The first of ``pairs`` with an element outside its tolerance (None if none): the
+    first JUDGED candidate rows against the gold's first, the last against its next."""
+    for what, tol, c, g in pairs:
+        if tol is None:
+            continue
+        limits = {"atol": tol.atol, "rtol": tol.rtol, "judged": what}
+        if isinstance(c, str) or tuple(c.shape[1:]) != tuple(g.shape[1:]):
+            got = c if isinstance(c, str) else f"rows of shape {tuple(c.shape[1:])}"
+            message = f"{what}: {got}, expected rows of {tuple(g.shape[1:])}"
+            return Outcome("fail", message, {}, limits, small.seed, small.distribution)
+        st = ErrorStats(tol.atol, tol.rtol)
+        st.update(c[:JUDGED], g[:JUDGED])
+        st.update(c[JUDGED:], g[JUDGED : 2 * JUDGED], row_offset=rows - JUDGED)
+        if st.n_bad:
+            return _failed(what, st, small, rows, limits)
+    return None
+
+
+def _failed(what: str, st: ErrorStats, small: Trial, rows: int, limits: dict) -> Outcome:
+    """The outcome of a judged tensor with ``st.n_bad`` elements out of bounds."""
+    row = st.first_bad[0]
+    dist = row_distribution(small.distribution, row if row < JUDGED else row - rows + 2 * JUDGED)
+    c, g = st.first_bad_values
+    message = (
+        f"{what}: {st.n_bad} of {st.n} judged elements (rows 0-{JUDGED - 1} and "
+        f"{rows - JUDGED}-{rows - 1}) outside atol={st.atol:g}+rtol={st.rtol:g}*|gold|; "
+        f"first at row {row}, {list(st.first_bad[1:])}: {c!r} vs gold {g!r}"
+    )
+    if st.n_nonfinite:
+        message += f"; {st.n_nonfinite} NaN/Inf where gold is finite"
+    message += f" [seed {small.seed}, {dist}]"
+    metrics = {"max_abs": st.max_abs, "n_nonfinite": st.n_nonfinite}
+    return Outcome("fail", message, metrics, limits, small.seed, dist, small.distribution)

@@ -1,0 +1,54 @@
+"""The far-rows lead: 65,537 rows at a real hidden size or vocabulary (2,560), judged at
+its first and last rows against the gold of those rows alone. A launch capped at 65,535
+blocks of one row leaves the last rows unwritten; every narrower batch passes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernelcheck.checks.far_rows import FILLERS, JUDGED, judged_positions, row_order
+from kernelcheck.checks.shape_sweep import LONG_ROWS, far_rows_shape
+from tests.conftest import run_one, with_op_candidate
+from tests.fixtures.grid_cap_bugs import rows_reached
+
+
+def test_judged_rows_are_distinct_draws_at_both_ends_and_copies_between():
+    rows = LONG_ROWS
+    order = row_order(rows)
+    assert len(order) == rows
+    at = judged_positions(rows).tolist()
+    assert at[:JUDGED] == list(range(JUDGED)) and at[-1] == rows - 1
+    judged = [order[i] for i in at]
+    assert sorted(judged) == list(range(2 * JUDGED))  # each drawn row judged once
+    between = set(order[JUDGED : rows - JUDGED])
+    assert between == set(range(2 * JUDGED, 2 * JUDGED + FILLERS))  # never a judged row
+
+
+def test_the_far_rows_lead_passes_one_row_a_block_launches_at_every_op(catalog):
+    for name, op in catalog.ops.items():
+        label, sizes = far_rows_shape(op)
+        widest = max(sizes, key=lambda d: (d not in op.lead, sizes[d]))
+        assert sizes[op.lead[0]] == LONG_ROWS > rows_reached(sizes[widest]), name
+        assert sizes[widest] == 2560 and label == f"{LONG_ROWS} rows at {widest}=2560"
+        # the narrower long lead and the wide batches stay within such a launch
+        assert rows_reached(257) > LONG_ROWS
+
+
+@pytest.mark.parametrize(
+    ("op", "bug", "judged"),
+    [
+        ("logp", "logp", "forward_accuracy"),
+        pytest.param("entropy", "entropy", "forward_accuracy", marks=pytest.mark.slow),
+        pytest.param("rms_norm", "rms_norm", "forward_accuracy", marks=pytest.mark.slow),
+        pytest.param("rms_norm", "rms_norm_backward", "backward_accuracy", marks=pytest.mark.slow),
+    ],
+)
+def test_a_launch_capped_at_65535_blocks_fails_at_its_last_rows(catalog, op, bug, judged):
+    cat = with_op_candidate(catalog, op, "bug", f"grid_cap_bugs:{bug}")
+    shape = dict(cat.ops[op].grid.shapes[0])
+    res = run_one(cat, op, "bug", "shape_sweep", "bf16", shape, seeds=[0])
+    assert res.status == "fail", res.message
+    assert res.message.startswith(f"at {LONG_ROWS} rows at "), res.message
+    assert 2560 in res.metrics["failing_shape"].values()
+    assert res.metrics["failing_check"] == judged
+    assert "first at row 65535" in res.message and "NaN" in res.message, res.message
