@@ -165,10 +165,11 @@ def _failed(what: str, st: ErrorStats, small: Trial, rows: int, limits: dict) ->
     row = st.first_bad[0]
     dist = row_distribution(small.distribution, row if row < JUDGED else row - rows + 2 * JUDGED)
     c, g = st.first_bad_values
+    column = f", {list(st.first_bad[1:])}" if len(st.first_bad) > 1 else ""
     message = (
         f"{what}: {st.n_bad} of {st.n} judged elements (rows 0-{JUDGED - 1} and "
         f"{rows - JUDGED}-{rows - 1}) outside atol={st.atol:g}+rtol={st.rtol:g}*|gold|; "
-        f"first at row {row}, {list(st.first_bad[1:])}: {c!r} vs gold {g!r}"
+        f"first at row {row}{column}: {c!r} vs gold {g!r}"
     )
     if st.n_nonfinite:
         message += f"; {st.n_nonfinite} NaN/Inf where gold is finite"
