@@ -23,6 +23,13 @@ each of these layouts:
   (:func:`split_threads`): the scale where a kernel switches strategy (split
   reductions, another block count, a size threshold, a flat elementwise pass whose
   split points fall inside a vector);
+- ``at other values``: in a case at the grid's attributes, ``OTHER_VALUE_ROWS`` pool rows
+  alone and in one batch of ``OTHER_VALUE_BATCH`` (each row twice or more) at each other
+  value of each attribute the candidate takes (the grid's and the sweep's: temperature,
+  eps): the attribute sweeps judge the other layouts at the first shape only, and a
+  kernel may take a split path for few rows only off an attribute's default and only
+  on long rows (a tempered logsumexp split over the vocab for fewer than 16 rows past
+  V = 16,384);
 - ``own batch``: up to ``own_rows`` rows of the case's own trial, whose batch call the
   accuracy checks made, against the same rows alone: the case's real shape, at every
   seed of the case (the pool at the first ``max_seeds``): an odd seed masks 15 rows in
@@ -45,6 +52,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -71,6 +79,8 @@ MANY_THREADS_AT_LEAST = 8
 # may split a row across threads only past a count (more threads than 8 and than rows),
 # which all the pool at WIDE_THREADS would cost too much to show (1.6x the default run)
 WIDE_THREADS, WIDE_ROWS = 32, 16
+# the rows alone, and their batch, at each other attribute value (an odd batch past 16)
+OTHER_VALUE_ROWS, OTHER_VALUE_BATCH = 48, 97
 
 
 def thread_counts() -> tuple[int, int]:
@@ -230,9 +240,9 @@ class _Invariance(Check):
             return f"op {op.name} has no row-wise inputs"
         return super().skip_reason()
 
-    def _results(self, dev: dict, upstream: list, lead: tuple[int, ...]):
+    def _results(self, dev: dict, upstream: list, lead: tuple[int, ...], ctx=None):
         """Row-wise results of a call on ``dev`` (fresh device inputs), as ``[rows, ...]``
-        on the CPU."""
+        on the CPU; ``ctx``: the candidate bound to other attribute values."""
         raise NotImplementedError
 
     def _own_results(self, trial: Trial) -> list[torch.Tensor]:
@@ -282,10 +292,10 @@ class _Invariance(Check):
         if own is not None:
             self._compare_own(trial, own)
 
-    def _run(self, source, index, lead, shift=0) -> list[torch.Tensor]:
+    def _run(self, source, index, lead, shift=0, ctx=None) -> list[torch.Tensor]:
         """The row-wise results of one call on rows ``index`` of ``source`` placed in
         ``lead``, float inputs misaligned at ``shift`` (:func:`misaligned_by`)."""
-        return self._results(*self._placed(source, index, lead, shift), lead)
+        return self._results(*self._placed(source, index, lead, shift), lead, ctx)
 
     def _judge_pool(self, trial: Trial) -> None:
         """The R pool rows alone, in small batches and in one large batch. Skipped where an
@@ -325,6 +335,7 @@ class _Invariance(Check):
             self._compare(trial, label, batch, got, reference, lead=lead, placed=placed)
 
         self._wide_alone(trial, run, rows, reference)
+        self._at_other_values(trial, pool, rows)
         # the R rows again and again (copies cost nothing to draw), in a seeded order
         order = [r % rows for r in torch.randperm(big, generator=gen).tolist()]
         shape_label, lead = lead_layouts(big, bool(self.params["lead_3d"]))[-1]
@@ -406,6 +417,27 @@ class _Invariance(Check):
         with torch_threads(WIDE_THREADS):
             for r in sorted({i * rows // WIDE_ROWS for i in range(WIDE_ROWS)}):
                 self._compare(trial, label, [r], run([r], (1,)), reference, lead=(1,))
+
+    def _at_other_values(self, trial: Trial, pool, rows: int) -> None:
+        """The first OTHER_VALUE_ROWS pool rows (every distribution) alone, at all cores,
+        and in one batch of OTHER_VALUE_BATCH, at each other value of each attribute the
+        candidate takes; in a case at the grid's attributes (a sweep's case judges its
+        own values in every layout)."""
+        ctx = self.ctx
+        if ctx.rebound is None or ctx.op.off_grid(ctx.case.attributes):
+            return
+        index = list(range(min(OTHER_VALUE_ROWS, rows)))
+        order = [index[k % len(index)] for k in range(OTHER_VALUE_BATCH)]
+        for name, values in ctx.other_attribute_values.items():
+            for value in values:
+                fn, gold_fn = ctx.rebound({name: value})
+                other = replace(ctx, fn=fn, gold_fn=gold_fn, gold_backward_fn=None)
+                label = f"at {name}={value}: one batch of {OTHER_VALUE_BATCH}"
+                self.progress(label)
+                with torch_threads(thread_counts()[0]):
+                    alone = [self._run(pool, [r], (1,), ctx=other) for r in index]
+                got = self._run(pool, order, (OTHER_VALUE_BATCH,), ctx=other)
+                self._compare(trial, label, order, got, self._reference(alone))
 
     def _compare_own(self, trial: Trial, own) -> None:
         """The sampled rows of the case's own batch against the same rows alone."""
@@ -510,8 +542,8 @@ class ForwardInvariance(_Invariance):
         nlead = len(self.ctx.lead)
         return [o.reshape(-1, *o.shape[nlead:]) for o in trial.outputs]
 
-    def _results(self, dev, upstream, lead):
-        outs = self.ctx.call(dev)
+    def _results(self, dev, upstream, lead, ctx=None):
+        outs = (ctx or self.ctx).call(dev)
         return [o.detach().cpu().reshape(-1, *o.shape[len(lead) :]) for o in outs]
 
 
@@ -535,8 +567,8 @@ class BackwardInvariance(_Invariance):
         ]
         return grads + [o.reshape(-1, *o.shape[nlead:]) for o in trial.grad_outputs]
 
-    def _results(self, dev, upstream, lead):
-        outs, grads = self.ctx.call_backward(dev, upstream)
+    def _results(self, dev, upstream, lead, ctx=None):
+        outs, grads = (ctx or self.ctx).call_backward(dev, upstream)
         op = self.ctx.op
         rows = [
             g.cpu().reshape(-1, *g.shape[len(lead) :])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelcheck.checks.invariance import ODD_SIZES, WIDE_ROWS, thread_counts
+from kernelcheck.checks.invariance import ODD_SIZES, OTHER_VALUE_BATCH, WIDE_ROWS, thread_counts
 from tests.conftest import run_fp32, run_one, run_small, with_candidate, with_grid_shapes
 
 # off the grid's first shape: a candidate that takes no swept attribute (the fixtures,
@@ -90,8 +90,9 @@ def test_honest_candidates_pass_every_layout(catalog, candidate):
         assert any(label.startswith("own batch of 32") for label in layouts), layouts
         assert any(all(f"/{n}" in label for n in ODD_SIZES) for label in layouts), layouts
         # 300 rows in small batches, a few alone at WIDE_THREADS, 98,304 placements of them in
-        # one batch, 32 of the case's
-        assert r.metrics["comparisons"] == 300 + WIDE_ROWS + 98304 + 32
+        # one batch, 32 of the case's; the torch candidate's 97 at T = 0.7 and 1.3 too
+        others = 2 * OTHER_VALUE_BATCH if candidate == "torch" else 0
+        assert r.metrics["comparisons"] == 300 + WIDE_ROWS + 98304 + 32 + others
 
 
 def test_alone_runs_at_two_threads_or_more_and_half_the_batches_at_one():
@@ -247,3 +248,29 @@ def test_a_path_for_few_live_rows_shows_in_the_own_batch_of_a_sparse_seed(catalo
     sparse = run_small(cat, "bug", [check], seeds=[0, 1], **kw)[check]
     assert sparse.status == "fail" and "own batch of 512" in sparse.message, sparse.message
     assert "seed 1" in sparse.message
+
+
+@pytest.mark.parametrize("check", ["forward_invariance", "backward_invariance"])
+def test_a_split_for_few_rows_only_off_the_default_temperature_fails_at_long_rows(catalog, check):
+    """A logsumexp split over the vocab for fewer than 16 rows, past V = 16,384, at a
+    temperature other than 1 only: the sweeps' cases judge T = 0.7 at V = 257 and
+    10,000, so the grid case at the long rows calls the other values too, rows alone
+    and in a batch of 97."""
+    from dataclasses import replace
+
+    from kernelcheck.spec.model import CheckConfig
+
+    cat = with_candidate(catalog, "bug", "scale_bugs:tempered_split_for_few_rows_past_16384")
+    op = cat.ops["logp"]
+    small = {"rows": 48, "batch_sizes": [1, 2, 48], "big_rows": 48, "big_elements": 1}
+    small |= {"big_rows_floor": 48}  # the other layouts at their least: not what is judged
+    op = replace(op, checks={**op.checks, check: CheckConfig(params=small)})
+    cat = replace(cat, ops={**cat.ops, "logp": op})
+    shape = {"batch": 4, "vocab": 16400}
+    res = run_one(cat, "logp", "bug", check, "fp32", shape, seeds=[0])
+    assert res.status == "fail", res.message
+    assert "at temperature=0.7: one batch of 97" in res.message
+    honest = run_one(cat, "logp", "torch", check, "fp32", shape, seeds=[0])
+    assert honest.status == "pass", honest.message
+    # the case's own temperature (1.0) is the split's bypass: the bug is exact there
+    assert "temperature=1.0" not in res.message
