@@ -21,10 +21,9 @@ import torch
 from kernelcheck.cases.grid import lead_sizes
 from kernelcheck.cases.inputs import row_distribution
 from kernelcheck.checks.context import CaseContext
-from kernelcheck.checks.invariance import placed_rows
 from kernelcheck.checks.metrics import ErrorStats
 from kernelcheck.checks.outcome import Outcome
-from kernelcheck.checks.rows import flat_rows
+from kernelcheck.checks.rows import flat_rows, placed_rows
 from kernelcheck.checks.trial import Trial
 
 JUDGED = 64  # rows judged at each end of the batch

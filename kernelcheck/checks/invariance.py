@@ -61,6 +61,7 @@ from kernelcheck.cases.inputs import row_distribution
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import first_bit_difference, row_digests
 from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.rows import placed_rows
 from kernelcheck.checks.threads import torch_threads
 from kernelcheck.checks.trial import Trial
 
@@ -163,26 +164,6 @@ def split_threads(elements: int, itemsize: int) -> int:
         if -(-elements // threads) % lanes:
             return threads
     return SPLIT_THREADS[0]
-
-
-def placed_rows(
-    pool: torch.Tensor, index: list[int], lead: tuple[int, ...], device, offset: int = 0
-) -> torch.Tensor:
-    """Rows ``index`` of ``pool`` as a fresh contiguous ``[*lead, ...]`` tensor on ``device``,
-    its storage starting ``offset`` elements past an allocation. One copy: the rows are
-    gathered straight into place on the CPU (host-side, then one transfer, elsewhere)."""
-    inner = tuple(pool.shape[1:])
-    buf = torch.empty(math.prod((*lead, *inner)) + offset, dtype=pool.dtype, device=device)
-    if offset and pool.is_floating_point():  # a read before the rows reads NaN
-        buf[:offset].fill_(float("nan"))
-    dst = buf[offset:].view(len(index), *inner)
-    if len(index) == 1:
-        dst.copy_(pool[index[0] : index[0] + 1])
-    elif dst.device.type == "cpu":
-        torch.index_select(pool, 0, torch.tensor(index), out=dst)
-    else:
-        dst.copy_(pool.index_select(0, torch.tensor(index)))
-    return dst.view(*lead, *inner)
 
 
 def deal(order: list[int], sizes: list[int]) -> list[list[int]]:

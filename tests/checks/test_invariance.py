@@ -215,7 +215,7 @@ def test_a_misaligned_placement_has_nan_before_its_rows():
     """kernelcheck's own allocations are not junk-filled (only a candidate's are), so the
     one element before misaligned rows is set to NaN: a kernel reading before its row
     start reads NaN there, as it did when every allocation was filled."""
-    from kernelcheck.checks.invariance import placed_rows
+    from kernelcheck.checks.rows import placed_rows
 
     pool = torch.arange(12, dtype=torch.float32).view(4, 3)
     for offset in (1, 2, 3):
