@@ -180,6 +180,7 @@ def test_an_out_of_range_rule_scoped_to_one_output(tmp_path):
     assert acc.tolerance["per_name"]["entropy"]["atol"] == 3e-5
 
 
+@pytest.mark.slow  # 12 s: the training-path one below stays in the quick suite
 def test_an_entropy_reusing_its_librarys_logp_row_statistics_fails_the_contract():
     """shared_row_stats: logp keeps each row's logsumexp for the entropy of the same
     tensor, keyed by its address and version (not the temperature). Judged alone, each op

@@ -27,16 +27,19 @@ BUG_CHECK = {
 }
 # where the check has other ways to fail, the finding the bug must give
 SAYS = {"staged_in_shared_buffer": "threads calling at once"}
-# the invariance checks are the heavy ones (a few hundred row placements each): one op's
-# run in the quick suite, the rest in CI's slow run
-QUICK_INVARIANCE = "rms_norm"
+# the invariance checks (a few hundred row placements each), contract (dozens of probes)
+# and determinism (pristine processes) are the heavy ones, 6 to 10 s a bug: one op's run
+# in the quick suite, the rest in CI's slow run
+HEAVY = ("invariance", "contract", "determinism")
+QUICK_HEAVY = "rms_norm"
+
+
+def _heavy(op: str, bug: str) -> bool:
+    return any(h in BUG_CHECK[bug] for h in HEAVY) and op != QUICK_HEAVY
+
+
 CASES = [
-    pytest.param(
-        op,
-        bug,
-        id=f"{op}-{bug}",
-        marks=pytest.mark.slow if "invariance" in BUG_CHECK[bug] and op != QUICK_INVARIANCE else (),
-    )
+    pytest.param(op, bug, id=f"{op}-{bug}", marks=pytest.mark.slow if _heavy(op, bug) else ())
     for op in SHAPES
     for bug in BUG_CHECK
 ]

@@ -30,8 +30,12 @@ PLANTED_BUGS = [
     ("tanh-sigmoid", "forward_accuracy", "fp32", "elements outside"),
     ("batch-dependent", "forward_invariance", "fp32", "differ in bits"),
     ("in-place", "integrity", "fp32", "changed input 'gate'"),
-    ("unit-column-stride", "contract", "fp32", "column-strided view"),
-    ("up-by-gates-strides", "contract", "fp32", "row-padded up alone"),
+    pytest.param(  # 10 s
+        "unit-column-stride", "contract", "fp32", "column-strided view", marks=pytest.mark.slow
+    ),
+    pytest.param(  # 9 s
+        "up-by-gates-strides", "contract", "fp32", "row-padded up alone", marks=pytest.mark.slow
+    ),
     pytest.param(  # 12 s
         "result-over-fused-gate",
         "contract",
