@@ -38,6 +38,8 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   a block from 2,049 on) that never reaches the last rows, or stops advancing its row
   pointer, shows nowhere narrower. Too large for a full gold, it is judged at its first
   and last rows only, each against the gold of that row alone (``checks/far_rows.py``).
+  Also in the op's big-batch case at the grid's first dtype (the swept attributes at
+  their first values): a path for the rows past 65,535 blocks may forget an attribute.
 
 Each shape is judged like ``forward_accuracy`` and ``backward_accuracy`` (the same
 contract tolerance, against the float64 gold), on inputs drawn exactly as a case of
@@ -242,8 +244,16 @@ class ShapeSweep(Check):
             self.progress(label)
             self.shapes += 1
             self._judge(trial.seed, dist, label, sizes, full and is_hot(label))
-        if full and self.failed is None and swept_dims(self.ctx.op):
+        if self.failed is None and swept_dims(self.ctx.op) and self._far_rows_here(full):
             self._judge_far_rows(trial.seed, dist)
+
+    def _far_rows_here(self, full: bool) -> bool:
+        """Whether this case judges the far-rows lead: at the grid's attributes, and in the
+        big-batch case's first dtype (the swept values together: a grid-stride path past
+        65,535 blocks may forget an attribute, as a narrower one does not)."""
+        grid = self.ctx.op.grid
+        first = not grid.dtypes or self.ctx.case.dtype == grid.dtypes[0]
+        return full or (first and self.ctx.is_big_batch_case())
 
     def _wider_than(self, full: bool) -> dict[str, int] | None:
         """An attribute sweep's widths judged elsewhere, at a dtype other than the grid's

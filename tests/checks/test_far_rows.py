@@ -77,3 +77,18 @@ def test_the_printed_repro_of_a_far_rows_failure_reproduces(tmp_path):
     assert again.returncode == 0 and again.stdout.startswith("reproduces:"), again.stdout
     (failed,) = [r for r in json.loads(report.read_text())["results"] if r["status"] == "fail"]
     assert f"at {LONG_ROWS} rows at vocab=2560" in failed["message"]
+
+
+def test_a_path_past_the_cap_that_forgets_eps_fails_in_the_big_batch_case(catalog):
+    """rms_norm whose rows past 65,535 one-row blocks take the default eps (exact at the
+    default): in the big-batch case (eps = 1e-5, the first dtype) the far rows fail."""
+    cat = with_op_candidate(
+        catalog, "rms_norm", "bug", "grid_cap_bugs:rms_norm_default_eps_past_cap", backward=False
+    )
+    shape = dict(cat.ops["rms_norm"].grid.shapes[0])
+    res = run_one(
+        cat, "rms_norm", "bug", "shape_sweep", "fp32", shape, seeds=[0], attributes={"eps": 1e-5}
+    )
+    assert res.status == "fail", res.message
+    assert res.message.startswith(f"at {LONG_ROWS} rows at hidden=2560"), res.message
+    assert res.metrics["failing_check"] == "forward_accuracy"
