@@ -33,6 +33,9 @@ from kernelcheck.spec.model import Tolerance, eval_dim_expr
 # 2^6: exact in every float type. Standard normal logits reach +-180, past fp32 exp's
 # range (88.7); hidden states give logits of std 64; a 16-bit sum of squares overflows
 SCALE_UP = 64.0
+# the upstream gradient's factor in the loss-scale probe: fp16 training's GradScaler
+# settles near 2^10 to 2^16; at 2^12 an upstream of std 1 stays finite in fp16
+LOSS_SCALE = 4096.0
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
 # of saved statistics reads another call's
 IN_FLIGHT = 9
@@ -124,6 +127,8 @@ class Contract(Check):
         "max_seeds": 1,
         "rows": 16,
         "scale_up": SCALE_UP,
+        # loss_scale: the upstream's factor in _loss_scaled (a power of two; 0: no such probe)
+        "loss_scale": LOSS_SCALE,
         # two calls in flight at a big batch, in the big-batch cases of the first dtype:
         # rows up to this many elements of the widest row-wise input and up to
         # in_flight_work products of a row's dims
@@ -173,6 +178,7 @@ class Contract(Check):
             self._updated_in_place,
             self._after_siblings,
             self._scaled_up,
+            self._loss_scaled,
             self._other_dtypes,
             self._other_attributes,
             self._other_switches,
@@ -1021,6 +1027,30 @@ class Contract(Check):
         before = len(self.problems)
         for what, got, want in pairs:
             self._finite_where_gold_is(f"{label}: {what}", got, want)
+        if len(self.problems) == before:
+            self.passed.append(f"{label}: finite where the gold is")
+
+    def _loss_scaled(self, trial: Trial) -> None:
+        """A backward handed the upstream gradient times ``loss_scale`` (2^12: a
+        GradScaler's scale where fp16 training settles, the upstream still finite in
+        fp16), the inputs as drawn: wherever the float64 gold gradient is finite and within
+        half its dtype's range, the candidate's must be finite. A backward that multiplies
+        two 16-bit operands in 16 bits before going to fp32 (``dy * up`` as a half2
+        product) overflows there while the gradient it computes fits; at the drawn upstream
+        of std 1 it is only a rounding off. Judged for finiteness only, as ``_scaled_up``."""
+        ctx, factor = self.ctx, float(self.params["loss_scale"])
+        if factor <= 1.0 or not ctx.grad:
+            return
+        head, lead = self._head(trial)
+        upstream = [u * factor for u in ctx.upstream(trial.seed, lead)]
+        if not all(bool(torch.isfinite(u).all()) for u in upstream):
+            return  # past the upstream's own dtype: no training step hands that over
+        _, got = ctx.call_backward(ctx.to_device(head), upstream)
+        want = self._gold_gradients(head, [u.cpu() for u in upstream], lead)
+        label = f"the upstream gradient x{factor:g} (a loss scale)"
+        before = len(self.problems)
+        for n in want:
+            self._finite_where_gold_is(f"{label}: gradient {n!r}", got[n], want[n])
         if len(self.problems) == before:
             self.passed.append(f"{label}: finite where the gold is")
 

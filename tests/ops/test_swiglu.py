@@ -36,6 +36,8 @@ PLANTED_BUGS = [
     pytest.param(  # 9 s
         "up-by-gates-strides", "contract", "fp32", "row-padded up alone", marks=pytest.mark.slow
     ),
+    # a round-10 red team's: fp16 dy * up overflowing at a loss scale
+    ("dy-up-in-16-bits", "contract", "fp16", "the upstream gradient x4096 (a loss scale)"),
     pytest.param(  # 12 s
         "result-over-fused-gate",
         "contract",
