@@ -3,7 +3,8 @@
 A BLAS matmul picks its kernel and blocking by the number of rows (a single token may
 take a matrix-vector path), so a token's logits could depend on how many tokens share
 the call. Here every logit is ``fixed_order_row_sum(hidden[t] * weight[v])`` over H and
-the logp is the ``torch`` logp candidate's; the hidden gradient sums over V the same way.
+the logp is the ``torch`` logp candidate's; the hidden gradient sums over V the same way,
+and the weight gradient over the tokens.
 Slow (a [tokens, V, H] product per token chunk), and honest: the yardstick, not a kernel.
 """
 
@@ -28,6 +29,17 @@ def _logits(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     out = torch.empty(h.shape[0], w.shape[0], dtype=torch.float32, device=h.device)
     for sl in _token_chunks(h.shape[0], w.numel()):
         out[sl] = fixed_order_row_sum(h[sl, None, :] * w[None, :, :])
+    return out
+
+
+def _weight_gradient(g_logits: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """``g_logits.T @ h``, each element summing over the tokens in a fixed order: a BLAS
+    splits that sum across threads by the thread count (MKL's sgemm on Intel CPUs), so
+    the shared gradient's bits would follow ``torch.get_num_threads()``."""
+    g_by_vocab, h_by_hidden = g_logits.T.contiguous(), h.T.contiguous()  # [V, T], [H, T]
+    out = torch.empty(g_by_vocab.shape[0], h.shape[1], dtype=torch.float32, device=h.device)
+    for sl in _token_chunks(g_by_vocab.shape[0], h.numel()):  # here: chunks of vocab rows
+        out[sl] = fixed_order_row_sum(g_by_vocab[sl, None, :] * h_by_hidden[None, :, :])
     return out
 
 
@@ -57,7 +69,7 @@ class _LinearLogp(torch.autograd.Function):
             # [t, H, V]: each hidden gradient element sums over V in a fixed order
             prod = (g_logits[sl, :, None] * w[None, :, :]).transpose(1, 2)
             d_hidden[sl] = fixed_order_row_sum(prod)
-        d_weight = g_logits.T @ h  # shared: sums over every token
+        d_weight = _weight_gradient(g_logits, h)
         d_bias = None
         if ctx.needs_input_grad[3]:  # sums over the tokens, in a fixed order
             d_bias = fixed_order_row_sum(g_logits.T.contiguous()).to(ctx.bias_dtype)
