@@ -24,6 +24,7 @@ from kernelcheck.cases.grid import (
 )
 from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
 from kernelcheck.checks import CHECKS, Outcome
+from kernelcheck.checks.far_rows import far_rows_unjudged
 from kernelcheck.checks.shape_sweep import LONG_ROWS
 from kernelcheck.compare import op_spec_digest, plan_digest
 from kernelcheck.errors import Interrupted, SpecError, UsageError
@@ -177,11 +178,7 @@ def plan(
         spec, dev, cases, options, probed.unavailable, shard_kn, isolate, timeout_s, digest,
         missing={n: probed.unavailable[n] for n in probed.missing},
         missing_cases=shard(blocked, *shard_kn) if shard_kn else blocked,
-        not_planned={
-            **_not_planned(spec, dts),
-            **_in_range_gaps(spec, runnable),
-            **_sweep_gaps(spec, dts, checks, sweeps and not attributes, shapes),
-        },
+        not_planned=_not_planned(spec, dts, checks, runnable, sweeps and not attributes, shapes),
     )  # fmt: skip
 
 
@@ -272,8 +269,19 @@ def _first_cases(cases: list[Case]) -> list[Case]:
     return list(first.values())
 
 
-def _not_planned(spec: OpSpec, dts: list[str]) -> dict[str, str]:
-    """The op's grid dtypes this run left out (``--dtype``), for the summary."""
+def _not_planned(spec: OpSpec, dts, checks, runnable, sweeps: bool, shapes) -> dict[str, str]:
+    """What the plan leaves out (``what: why``), for the summary's list of what was not
+    checked."""
+    return {
+        **_dtype_gaps(spec, dts),
+        **_in_range_gaps(spec, runnable),
+        **_sweep_gaps(spec, dts, checks, sweeps, shapes),
+        **_far_rows_gap(spec, checks),
+    }
+
+
+def _dtype_gaps(spec: OpSpec, dts: list[str]) -> dict[str, str]:
+    """The op's grid dtypes this run left out (``--dtype``)."""
     left = [d for d in spec.grid.dtypes if (dtypes.canonical(d) or d) not in dts]
     if not left:
         return {}
@@ -306,6 +314,13 @@ def swept_at_first_dtype(checks: Iterable[str]) -> list[str]:
     """The ``checks`` an attribute sweep runs at the grid's first dtype only
     (``Check.sweep_first_dtype_only``)."""
     return [n for n in checks if CHECKS[n].sweep_first_dtype_only]
+
+
+def _far_rows_gap(spec: OpSpec, checks) -> dict[str, str]:
+    """``shape_sweep``'s far-rows lead, where the op's outputs cannot be judged row by row
+    (:func:`far_rows_unjudged`), for the summary's list of what was not checked."""
+    why = far_rows_unjudged(spec) if "shape_sweep" in checks else None
+    return {f"shape_sweep's {LONG_ROWS}-row lead at its widest row": why} if why else {}
 
 
 def _sweep_gaps(spec: OpSpec, dts, checks, sweeps: bool, shapes: list) -> dict[str, str]:

@@ -144,3 +144,13 @@ def backward_chunks(
         yield sl, rows_out
     if shared:
         yield None, {n: (g if upcast else g.to(flat[n].dtype)).cpu() for n, g in shared.items()}
+
+
+def gathered(chunks: Iterator[tuple[slice | None, dict[str, torch.Tensor]]]) -> dict:
+    """The gradients of :func:`backward_chunks` whole: a row-wise input's chunks joined
+    (rows flattened), a shared input's as yielded once at the end."""
+    parts: dict[str, list[torch.Tensor]] = {}
+    for _, grads in chunks:
+        for name, g in grads.items():
+            parts.setdefault(name, []).append(g)
+    return {name: torch.cat(gs) for name, gs in parts.items()}

@@ -102,16 +102,7 @@ class _ToleranceCheck(Check):
                 # weight gradient) its own shape only
                 return fmt_index(first[0], first[1:], lead) if row_wise else str(list(first[1:]))
 
-            c, g = st.first_bad_values
-            message = (
-                f"{what}: {st.n_bad} of {st.n} elements outside atol={st.atol:g}"
-                f"+rtol={st.rtol:g}*|gold|; first at {at(st.first_bad)}: {c!r} vs gold {g!r}"
-            )
-            if st.n_nonfinite:
-                message += (
-                    f"; {st.n_nonfinite} NaN/Inf where gold is finite "
-                    f"(first at {at(st.first_nonfinite)})"
-                )
+            message = st.bounds_message(what, at)
             if row_wise:
                 dist = row_distribution(trial.distribution, st.first_bad[0])  # that row's
         message += f" [seed {trial.seed}, {dist}]"

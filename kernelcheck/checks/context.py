@@ -126,13 +126,24 @@ class CaseContext:
         firsts = all(sweeps.get(n, (None,))[0] == attrs[n] for n in off)
         return bool(off) and firsts and len(off) >= min(2, len(sweeps))
 
+    def at_first_dtype(self) -> bool:
+        """Whether the case is in the grid's first dtype: where a check does once per op
+        and attributes what the other dtypes leave to it."""
+        dtypes = self.op.grid.dtypes
+        return not dtypes or self.case.dtype == dtypes[0]
+
     def at_first_grid_case(self) -> bool:
         """Whether the case is at the grid's first dtype and first shape (its attributes
         aside): where a check does once per op what it cannot afford in every case."""
-        grid = self.op.grid
-        return (not grid.dtypes or self.case.dtype == grid.dtypes[0]) and (
-            not grid.shapes or self.case.sizes == grid.shapes[0]
-        )
+        shapes = self.op.grid.shapes
+        return self.at_first_dtype() and (not shapes or self.case.sizes == shapes[0])
+
+    def at_attributes(self, changes: dict) -> CaseContext:
+        """This context with the candidate and the gold bound to the case's attributes
+        updated with ``changes`` (``rebound``); the analytic gold gradient, bound to the
+        case's own values, is dropped."""
+        fn, gold_fn = self.rebound(changes)
+        return replace(self, fn=fn, gold_fn=gold_fn, gold_backward_fn=None)
 
     @property
     def other_dtypes(self) -> list[str]:

@@ -1101,11 +1101,10 @@ class Contract(Check):
             tried = []
             for name, values in ctx.other_attribute_values.items():
                 for value in values:
-                    fn, gold_fn = ctx.rebound({name: value})
-                    other = replace(ctx, fn=fn, gold_fn=gold_fn, gold_backward_fn=None)
+                    other = ctx.at_attributes({name: value})
                     outs = other.call(ctx.to_device(head))
                     what = f"{name}={value} after a call at {at}: output"
-                    self._judge_outputs(what, outs, head, lead, gold_fn, "the gold's")
+                    self._judge_outputs(what, outs, head, lead, other.gold_fn, "the gold's")
                     self._in_flight_at_other_value(trial, other, f"{name}={value}", at)
                     tried.append(f"{name}={value}")
             return tried
@@ -1190,13 +1189,10 @@ class Contract(Check):
         """The float64 gold gradient of each grad input, whole (rows flattened), of the
         case's gold (``at``: another context's, at other attribute values)."""
         ctx = at or self.ctx
-        parts: dict[str, list[torch.Tensor]] = {}
-        for _, grads in gold.backward_chunks(
+        chunks = gold.backward_chunks(
             ctx.op, ctx.gold_fn, inputs, upstream, lead, ctx.gold_backward_fn
-        ):
-            for name, g in grads.items():
-                parts.setdefault(name, []).append(g)
-        return {name: torch.cat([g.reshape(-1) for g in gs]) for name, gs in parts.items()}
+        )
+        return {name: g.reshape(-1) for name, g in gold.gathered(chunks).items()}
 
     def _finite_where_gold_is(self, what: str, got: torch.Tensor, want: torch.Tensor) -> None:
         """A problem where ``got`` is NaN or Inf at an element whose gold is finite and
@@ -1471,8 +1467,7 @@ class Contract(Check):
         loss): 1.5 x 2^24 elements in the widest row-wise input (each such call costs
         seconds here)."""
         ctx, op = self.ctx, self.ctx.op
-        first_dtype = not op.grid.dtypes or ctx.case.dtype == op.grid.dtypes[0]
-        if not ctx.grad or not ctx.is_big_batch_case() or not first_dtype:
+        if not ctx.grad or not ctx.is_big_batch_case() or not ctx.at_first_dtype():
             return
         widest = max(  # a row's elements in its widest row-wise input: a buffer's size
             math.prod(ctx.sizes[d] for d in s.shape[len(op.lead) :] if d in ctx.sizes)

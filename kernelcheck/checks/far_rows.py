@@ -25,6 +25,8 @@ from kernelcheck.checks.metrics import ErrorStats
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.checks.rows import flat_rows, placed_rows
 from kernelcheck.checks.trial import Trial
+from kernelcheck.gold import gathered
+from kernelcheck.spec.model import OpSpec
 
 JUDGED = 64  # rows judged at each end of the batch
 FILLERS = 64  # distinct rows whose copies fill the batch between
@@ -46,10 +48,9 @@ def judged_positions(rows: int) -> torch.Tensor:
     return torch.cat([torch.arange(JUDGED), torch.arange(rows - JUDGED, rows)])
 
 
-def far_rows_applies(ctx: CaseContext) -> str | None:
-    """None, or why the op's far rows cannot be judged from their own gold: an output
-    that is not row-wise (a loss summed over the batch) depends on every row."""
-    op = ctx.op
+def far_rows_unjudged(op: OpSpec) -> str | None:
+    """Why the op's far rows cannot be judged from their own gold (None: they can): an
+    output that is not row-wise (a loss summed over the batch) depends on every row."""
     if not op.lead:
         return f"op {op.name} has no lead dims"
     shared = [o.name for o in op.outputs if not op.is_row_wise(o)]
@@ -131,13 +132,8 @@ def _output_pairs(ctx: CaseContext, suffix: str, outs: list, gold: list) -> list
 def _gold_grad_rows(small: Trial) -> dict[str, torch.Tensor]:
     """The float64 gold gradient of every row-wise grad input, rows of the small draw."""
     op = small.ctx.op
-    names = [n for n in op.grad_inputs if op.is_row_wise(op.input(n))]
-    parts: dict[str, list] = {n: [] for n in names}
-    for sl, chunk in small.gold_grad_chunks():
-        for n in names:
-            if sl is not None and n in chunk:
-                parts[n].append(chunk[n])
-    return {n: torch.cat(p) for n, p in parts.items() if p}
+    whole = gathered(small.gold_grad_chunks())
+    return {n: g for n, g in whole.items() if op.is_row_wise(op.input(n))}
 
 
 def _first_failure(ctx, small: Trial, rows: int, pairs: list[tuple]) -> Outcome | None:
@@ -163,15 +159,11 @@ def _failed(what: str, st: ErrorStats, small: Trial, rows: int, limits: dict) ->
     """The outcome of a judged tensor with ``st.n_bad`` elements out of bounds."""
     row = st.first_bad[0]
     dist = row_distribution(small.distribution, row if row < JUDGED else row - rows + 2 * JUDGED)
-    c, g = st.first_bad_values
-    column = f", {list(st.first_bad[1:])}" if len(st.first_bad) > 1 else ""
-    message = (
-        f"{what}: {st.n_bad} of {st.n} judged elements (rows 0-{JUDGED - 1} and "
-        f"{rows - JUDGED}-{rows - 1}) outside atol={st.atol:g}+rtol={st.rtol:g}*|gold|; "
-        f"first at row {row}{column}: {c!r} vs gold {g!r}"
-    )
-    if st.n_nonfinite:
-        message += f"; {st.n_nonfinite} NaN/Inf where gold is finite"
-    message += f" [seed {small.seed}, {dist}]"
+
+    def at(first: tuple) -> str:  # the batch's row, then the index within it
+        return f"row {first[0]}" + (f", {list(first[1:])}" if len(first) > 1 else "")
+
+    judged = f"judged (rows 0-{JUDGED - 1} and {rows - JUDGED}-{rows - 1}) "
+    message = st.bounds_message(what, at, judged) + f" [seed {small.seed}, {dist}]"
     metrics = {"max_abs": st.max_abs, "n_nonfinite": st.n_nonfinite}
     return Outcome("fail", message, metrics, limits, small.seed, dist, small.distribution)

@@ -52,7 +52,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import replace
 
 import torch
 
@@ -411,8 +410,7 @@ class _Invariance(Check):
         order = [index[k % len(index)] for k in range(OTHER_VALUE_BATCH)]
         for name, values in ctx.other_attribute_values.items():
             for value in values:
-                fn, gold_fn = ctx.rebound({name: value})
-                other = replace(ctx, fn=fn, gold_fn=gold_fn, gold_backward_fn=None)
+                other = ctx.at_attributes({name: value})
                 label = f"at {name}={value}: one batch of {OTHER_VALUE_BATCH}"
                 self.progress(label)
                 with torch_threads(thread_counts()[0]):

@@ -7,6 +7,7 @@ bit patterns of the integer view: +0.0 and -0.0 differ, and so do two NaN payloa
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -504,6 +505,22 @@ class ErrorStats:
     @property
     def mean_abs(self) -> float:
         return self.sum_abs / self.n if self.n else 0.0
+
+    def bounds_message(self, what: str, where: Callable[[tuple], str], judged: str = "") -> str:
+        """How a tolerance check words a failure: how many of the (``judged``) elements
+        are out of bounds, the first (its index worded by ``where``) and its values,
+        and the NaN/Inf where the gold is finite."""
+        c, g = self.first_bad_values
+        message = (
+            f"{what}: {self.n_bad} of {self.n} {judged}elements outside atol={self.atol:g}"
+            f"+rtol={self.rtol:g}*|gold|; first at {where(self.first_bad)}: {c!r} vs gold {g!r}"
+        )
+        if self.n_nonfinite:
+            message += (
+                f"; {self.n_nonfinite} NaN/Inf where gold is finite "
+                f"(first at {where(self.first_nonfinite)})"
+            )
+        return message
 
     def metrics(self) -> dict:
         """``max_abs`` and friends are over the finite elements; ``n_nonfinite`` counts the

@@ -67,7 +67,7 @@ from kernelcheck.cases.grid import lead_sizes, swept_widths
 from kernelcheck.cases.inputs import MIX, parts_of
 from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
 from kernelcheck.checks.check import Check
-from kernelcheck.checks.far_rows import far_rows_applies, judge_far_rows
+from kernelcheck.checks.far_rows import far_rows_unjudged, judge_far_rows
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import OpSpec
@@ -251,17 +251,15 @@ class ShapeSweep(Check):
         """Whether this case judges the far-rows lead: at the grid's attributes, and in the
         big-batch case's first dtype (the swept values together: a grid-stride path past
         65,535 blocks may forget an attribute, as a narrower one does not)."""
-        grid = self.ctx.op.grid
-        first = not grid.dtypes or self.ctx.case.dtype == grid.dtypes[0]
-        return full or (first and self.ctx.is_big_batch_case())
+        return full or (self.ctx.at_first_dtype() and self.ctx.is_big_batch_case())
 
     def _wider_than(self, full: bool) -> dict[str, int] | None:
         """An attribute sweep's widths judged elsewhere, at a dtype other than the grid's
         first: the sweeps' shapes' (and this case's own) size of each dim."""
-        grid, sizes = self.ctx.op.grid, self.ctx.sizes
-        if full or not grid.dtypes or self.ctx.case.dtype == grid.dtypes[0]:
+        if full or self.ctx.at_first_dtype():
             return None
-        widths = swept_widths(self.ctx.op, [dict(s) for s in grid.shapes])
+        sizes = self.ctx.sizes
+        widths = swept_widths(self.ctx.op, [dict(s) for s in self.ctx.op.grid.shapes])
         return {d: max(widths.get(d, 0), sizes.get(d, 0)) for d in {*widths, *sizes}}
 
     def _judge_classes(self) -> list[type[Check]]:
@@ -295,8 +293,8 @@ class ShapeSweep(Check):
 
     def _judge_far_rows(self, seed: int, dist: str) -> None:
         """The far-rows lead (:func:`far_rows_shape`), judged at its first and last rows."""
-        if far_rows_applies(self.ctx) is not None:
-            return
+        if far_rows_unjudged(self.ctx.op) is not None:
+            return  # the plan lists it as not checked
         label, sizes = far_rows_shape(self.ctx.op)
         self.progress(label)
         self.shapes += 1

@@ -92,3 +92,21 @@ def test_a_path_past_the_cap_that_forgets_eps_fails_in_the_big_batch_case(catalo
     assert res.status == "fail", res.message
     assert res.message.startswith(f"at {LONG_ROWS} rows at hidden=2560"), res.message
     assert res.metrics["failing_check"] == "forward_accuracy"
+
+
+def test_an_op_whose_output_sums_over_rows_lists_the_far_rows_as_not_checked(catalog):
+    from dataclasses import replace
+
+    from kernelcheck import api
+    from kernelcheck.checks.far_rows import far_rows_unjudged
+
+    assert all(far_rows_unjudged(op) is None for op in catalog.ops.values())
+    logp = catalog.ops["logp"]
+    summed = replace(logp, outputs=(replace(logp.outputs[0], shape=()),))  # a batch's loss
+    assert far_rows_unjudged(summed) == "output logp is not row-wise"
+    ops = replace(catalog, ops={**catalog.ops, "logp": summed})
+    plan = api.plan(ops, "logp", candidate_names=["torch"], device="cpu", dtype_names="fp32")
+    lead = f"shape_sweep's {LONG_ROWS}-row lead at its widest row"
+    assert plan.not_planned.get(lead) == "output logp is not row-wise"
+    no_sweep = api.plan(ops, "logp", candidate_names=["torch"], check_names="contract")
+    assert lead not in no_sweep.not_planned
