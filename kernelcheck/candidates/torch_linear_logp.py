@@ -19,15 +19,16 @@ IMPLEMENTATION = "torch:fp32-linear_logp(fixed-order dot products)"
 CHUNK_ELEMENTS = 1 << 22  # one token chunk's [t, V, H] product: 16 MiB of fp32
 
 
-def _token_chunks(tokens: int, per_token: int):
-    step = max(1, CHUNK_ELEMENTS // max(1, per_token))
-    for start in range(0, tokens, step):
-        yield slice(start, min(tokens, start + step))
+def _row_chunks(rows: int, per_row: int):
+    """Slices of ``rows`` whose products of ``per_row`` elements each fit CHUNK_ELEMENTS."""
+    step = max(1, CHUNK_ELEMENTS // max(1, per_row))
+    for start in range(0, rows, step):
+        yield slice(start, min(rows, start + step))
 
 
 def _logits(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     out = torch.empty(h.shape[0], w.shape[0], dtype=torch.float32, device=h.device)
-    for sl in _token_chunks(h.shape[0], w.numel()):
+    for sl in _row_chunks(h.shape[0], w.numel()):
         out[sl] = fixed_order_row_sum(h[sl, None, :] * w[None, :, :])
     return out
 
@@ -38,7 +39,7 @@ def _weight_gradient(g_logits: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     the shared gradient's bits would follow ``torch.get_num_threads()``."""
     g_by_vocab, h_by_hidden = g_logits.T.contiguous(), h.T.contiguous()  # [V, T], [H, T]
     out = torch.empty(g_by_vocab.shape[0], h.shape[1], dtype=torch.float32, device=h.device)
-    for sl in _token_chunks(g_by_vocab.shape[0], h.numel()):  # here: chunks of vocab rows
+    for sl in _row_chunks(g_by_vocab.shape[0], h.numel()):
         out[sl] = fixed_order_row_sum(g_by_vocab[sl, None, :] * h_by_hidden[None, :, :])
     return out
 
@@ -65,7 +66,7 @@ class _LinearLogp(torch.autograd.Function):
             out = logp(x, target.reshape(-1))
             (g_logits,) = torch.autograd.grad(out, x, grad.reshape(-1).float())
         d_hidden = torch.empty_like(h)
-        for sl in _token_chunks(h.shape[0], w.numel()):
+        for sl in _row_chunks(h.shape[0], w.numel()):
             # [t, H, V]: each hidden gradient element sums over V in a fixed order
             prod = (g_logits[sl, :, None] * w[None, :, :]).transpose(1, 2)
             d_hidden[sl] = fixed_order_row_sum(prod)

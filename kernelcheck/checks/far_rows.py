@@ -163,7 +163,7 @@ def _failed(what: str, st: ErrorStats, small: Trial, rows: int, limits: dict) ->
     def at(first: tuple) -> str:  # the batch's row, then the index within it
         return f"row {first[0]}" + (f", {list(first[1:])}" if len(first) > 1 else "")
 
-    judged = f"judged (rows 0-{JUDGED - 1} and {rows - JUDGED}-{rows - 1}) "
+    judged = f"judged elements (rows 0-{JUDGED - 1} and {rows - JUDGED}-{rows - 1})"
     message = st.bounds_message(what, at, judged) + f" [seed {small.seed}, {dist}]"
     metrics = {"max_abs": st.max_abs, "n_nonfinite": st.n_nonfinite}
     return Outcome("fail", message, metrics, limits, small.seed, dist, small.distribution)

@@ -506,13 +506,15 @@ class ErrorStats:
     def mean_abs(self) -> float:
         return self.sum_abs / self.n if self.n else 0.0
 
-    def bounds_message(self, what: str, where: Callable[[tuple], str], judged: str = "") -> str:
-        """How a tolerance check words a failure: how many of the (``judged``) elements
+    def bounds_message(
+        self, what: str, where: Callable[[tuple], str], counted: str = "elements"
+    ) -> str:
+        """How a tolerance check words a failure: how many of the ``counted`` elements
         are out of bounds, the first (its index worded by ``where``) and its values,
         and the NaN/Inf where the gold is finite."""
         c, g = self.first_bad_values
         message = (
-            f"{what}: {self.n_bad} of {self.n} {judged}elements outside atol={self.atol:g}"
+            f"{what}: {self.n_bad} of {self.n} {counted} outside atol={self.atol:g}"
             f"+rtol={self.rtol:g}*|gold|; first at {where(self.first_bad)}: {c!r} vs gold {g!r}"
         )
         if self.n_nonfinite:
