@@ -74,7 +74,15 @@ DISTRIBUTIONS = {
     "spikes": "standard normal with one entry in 64 of each row (at least one) an outlier of "
     "+-100 to 200 at the same columns in every input of a shape: LLM activations' outlier "
     "channels, where an exp(x) overflows fp32 (past 88.7)",
+    "edges": "normal rows of std 4 (a logit's scale) whose 128 largest |entries| sit at the "
+    "row's ends, the largest in the last column, the next in the first, and so on inwards: "
+    "a vector body's head (alignment peel) and tail, handled apart, hold the row's mass "
+    "(shape_sweep draws it at every swept size)",
 }
+EDGE_ENTRIES = 128  # an edges row's largest entries, placed at its ends
+# an edges row's std: its largest entries distinct (heavy's clip at 20 would tie them, and
+# exp(0) = 1 rounds exactly in any dtype) and holding most of a softmax's mass
+EDGE_STD = 4.0
 TINY_SCALE = {"fp32": 1e-18, "bf16": 1e-18, "fp16": 1e-4}
 # a weight of this many entries or more has one exactly 0 (at a third of its length): a
 # backward that recovers x_hat as y / weight (a "memory-efficient" norm) divides by it
@@ -196,6 +204,9 @@ def _draw_rows(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: to
         return _lm_rows(rows, inner, gen)
     if dist == "spikes":
         return _spike_rows(rows, inner, gen)
+    if dist == "edges":
+        x = torch.randn(shape, generator=gen, dtype=f32).mul_(EDGE_STD)
+        return _edge_rows(x, rows, inner)
     if dist in ("zero_rows", "tiny_rows"):
         x = torch.randn(shape, generator=gen, dtype=f32)
         scale = 0.0 if dist == "zero_rows" else TINY_SCALE[dtype]
@@ -205,6 +216,27 @@ def _draw_rows(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: to
     z = torch.randn(shape, generator=gen, dtype=f32)
     u = torch.rand(shape, generator=gen, dtype=f32).clamp_min_(1e-30)
     return z.div_(u.log_().neg_().sqrt_()).clamp_(-20, 20)
+
+
+def _edge_rows(x: torch.Tensor, rows: int, inner: tuple[int, ...]) -> torch.Tensor:
+    """``x``'s rows with their EDGE_ENTRIES largest |entries| moved to the ends, in
+    turn the last column, the first, the one before the last, the second, ...; the
+    other entries keep their order between."""
+    width = math.prod(inner)
+    flat = x.reshape(rows, width)
+    k = min(EDGE_ENTRIES, width)
+    if not rows or not k:
+        return x
+    top = flat.abs().topk(k, dim=1).indices  # largest first
+    rank = torch.arange(k)
+    ends = torch.where(rank % 2 == 0, width - 1 - rank // 2, rank // 2)
+    middle = torch.ones(width, dtype=torch.bool)
+    middle[ends] = False
+    rest = torch.ones_like(flat, dtype=torch.bool).scatter_(1, top, False)
+    out = torch.empty_like(flat)
+    out[:, ends] = flat.gather(1, top)
+    out[:, middle] = flat[rest].reshape(rows, width - k)
+    return out.reshape(rows, *inner)
 
 
 def _spike_rows(rows: int, inner: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:

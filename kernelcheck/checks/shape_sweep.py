@@ -42,14 +42,22 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   their first values): a path for the rows past 65,535 blocks may forget an attribute.
 
 Each shape is judged like ``forward_accuracy`` and ``backward_accuracy`` (the same
-contract tolerance, against the float64 gold), on inputs drawn exactly as a case of
-that shape draws them (same seed and distributions), so the failing shape named in the
-message reruns as an ordinary case. Not like the precision checks: on a trial of 3-6
-rows the honest reference's largest error is too unsteady a yardstick (the shipped
-``torch`` linear_logp, honest, was 19.8x it at hidden=24,618), and they would double the
-sweep's time; a tail error inside a 16-bit contract tolerance is left to the grid's
-shapes. The sweep does not depend on the case's own shape: it runs once per (candidate,
-dtype, attributes), in the grid's first shape's case.
+contract tolerance, against the float64 gold), then like ``forward_precision`` and
+``backward_precision``, on inputs drawn exactly as a case of that shape draws them
+(same seed and distributions) plus one ``edges`` row (the row's largest entries at its
+ends: the columns a vector body's head and tail handle apart hold its mass), so the
+failing shape named in the message reruns as an ordinary case. A tail path that rounds
+its exp terms to bf16 errs 2e-4 at vocab 24,578, 900x an honest one's and far inside
+bf16's contract. On a trial of a few rows the honest reference's own error is an
+unsteady yardstick (the shipped ``torch`` linear_logp, honest, was 19.8x it at
+hidden=24,618), so the floor carries the limit there: ``backward_precision``'s is
+``SWEEP_FLOOR_ULP`` (16 fp32 ulps, twice the grid's); ``forward_precision`` judges the
+edges row alone, its floor in ulps of the row's largest input where that is larger than
+its output (an entropy of 0.07 from logits of 20 errs in ulps of 20). An op's spec may
+turn the precision judges off (``precision_floor_ulp = 0``: linear_logp, whose honest
+fixed-order dot products reach twice a BLAS reference's error on a few tokens). The
+sweep does not depend on the case's own shape: it runs once per (candidate, dtype,
+attributes), in the grid's first shape's case.
 
 An attribute sweep (a value off the grid's: a temperature, an eps) runs it too, without
 the residues mod 64, the wide batches and the long leads: a kernel's wide or tiled path
@@ -66,9 +74,11 @@ import math
 from kernelcheck.cases.grid import lead_sizes, swept_widths
 from kernelcheck.cases.inputs import MIX, parts_of
 from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
+from kernelcheck.checks.backward_precision import BackwardPrecision
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.far_rows import far_rows_unjudged, judge_far_rows
 from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.precision import ForwardPrecision
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import OpSpec
 
@@ -97,10 +107,44 @@ WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept si
 WIDE_ELEMENTS = 1 << 22  # a wide batch's elements, its rows within WIDE_ROWS
 WIDE_ROWS = (64, 1024)
 SHARE_ELEMENTS = 1 << 20  # shapes this large share their draws and gold across candidates
+# drawn in every shape besides the case's own distributions: the row's mass at its
+# first and last columns, where a vector body's head and tail are handled apart
+SWEEP_DISTRIBUTION = "edges"
 # each shape's judges, in this order (a shape stops at its first failure)
-JUDGES: tuple[type[Check], ...] = (ForwardAccuracy, BackwardAccuracy)
-# frozen grad inputs are another path, not another size: judged once per case, not here
-SWEEP_PARAMS = {BackwardAccuracy.name: {"frozen_inputs": False}}
+JUDGES: tuple[type[Check], ...] = (
+    ForwardAccuracy,
+    BackwardAccuracy,
+    ForwardPrecision,
+    BackwardPrecision,
+)
+# backward_precision's floor in fp32 ulps at a swept shape: a trial of a few rows makes
+# the honest reference's own error an unsteady yardstick (it may be exact by luck), so
+# the floor carries the limit there: twice the grid's, still a ten-thousandth of the
+# 16-bit contracts'
+SWEEP_FLOOR_ULP = 16
+# frozen grad inputs are another path, not another size, and a training batch is
+# another batch: each judged once per case, not here
+SWEEP_PARAMS = {
+    BackwardAccuracy.name: {"frozen_inputs": False},
+    # the edges row's outputs, the floor in ulps of its inputs too: a row's one output
+    # (an entropy or a KL of 0.07 where its inputs reach 20) can be far below the
+    # magnitude its honest error scales with, and one row is all there is to scale by
+    # (a 16-bit result's rounding direction is judged at the grid's shapes: on a few rows
+    # one row's fp32 scale error tips all its entries one way, an honest ratio_kl's too)
+    ForwardPrecision.name: {
+        "only": (SWEEP_DISTRIBUTION,),
+        "floor_of_inputs": True,
+        "judge_rounding": False,
+    },
+    BackwardPrecision.name: {
+        "frozen_inputs": False,
+        "big_rows": 0,
+        "huge_rows": 0,
+        "index_column_whole": True,
+        "judge_rounding": False,
+    },
+}
+PRECISION_JUDGES = (ForwardPrecision.name, BackwardPrecision.name)
 
 
 def tiled_base(largest: int | None = None) -> int:
@@ -201,12 +245,24 @@ def is_hot(label: str) -> bool:
     return bool(sep) and " " not in dim and SWEEP_BASE <= int(size) < SWEEP_BASE + RESIDUES
 
 
+def limit_margin(outcome: Outcome) -> float | None:
+    """A precision judge's error over its limit (1: at the limit), None for the others."""
+    limit = (outcome.tolerance or {}).get("limit")
+    error = outcome.metrics.get("max_abs", outcome.metrics.get("rel_l1"))
+    if not limit or error is None:
+        return None
+    return error / limit
+
+
 def shape_flag(sizes: dict[str, int]) -> str:
     return "--shape " + ",".join(f"{k}={v}" for k, v in sizes.items())
 
 
 class ShapeSweep(Check):
     name = "shape_sweep"
+    # backward_precision's floor in fp32 ulps (SWEEP_FLOOR_ULP); 0: no precision judges
+    # (an op's spec says why)
+    PARAMS = {"precision_floor_ulp": SWEEP_FLOOR_ULP}
     small_inputs = True
     draws_own = True
     shrinkable = False  # it never depends on the case's own shape: the message names one
@@ -221,6 +277,7 @@ class ShapeSweep(Check):
         self.shapes = 0
         self.failed: tuple[str, dict, Outcome, str] | None = None
         self.worst: dict[str, float] = {}
+        self.margins: dict[str, float] = {}  # the precision judges' largest error / limit
         self._classes: list[type[Check]] | None = None
 
     def skip_reason(self) -> str | None:
@@ -234,8 +291,9 @@ class ShapeSweep(Check):
         return trials[:1]  # one draw per shape: the sweep's coverage is its shapes
 
     def observe(self, trial: Trial) -> None:
-        # every distribution of the case, one row each (a mixed trial deals them in turn)
-        dist = MIX.join(self.ctx.case.distributions)
+        # every distribution of the case and edges, one row each (a mixed trial deals
+        # them in turn)
+        dist = MIX.join(dict.fromkeys((*self.ctx.case.distributions, SWEEP_DISTRIBUTION)))
         rows = max(3, len(parts_of(dist)))
         full = not self.ctx.op.off_grid(self.ctx.case.attributes)  # an attribute sweep: edges
         for label, sizes in sweep_shapes(self.ctx.op, rows, full, self._wider_than(full)):
@@ -266,7 +324,13 @@ class ShapeSweep(Check):
         """Those of JUDGES that apply to this case (a tolerance exists, backward checks
         are on): shape-independent, so decided once."""
         if self._classes is None:
-            self._classes = [cls for cls in JUDGES if cls(self.ctx).skip_reason() is None]
+            precision = bool(self.params["precision_floor_ulp"])
+            self._classes = [
+                cls
+                for cls in JUDGES
+                if (precision or cls.name not in PRECISION_JUDGES)
+                and cls(self.ctx).skip_reason() is None
+            ]
         return self._classes
 
     def _judge(self, seed: int, dist: str, label: str, sizes: dict[str, int], hot: bool) -> None:
@@ -308,12 +372,19 @@ class ShapeSweep(Check):
 
     def _judged(self, cls: type[Check], sub, at: Trial, label: str, sizes: dict) -> bool:
         """Judge ``at`` with one of JUDGES; False (and the failure kept) when it fails."""
-        judge = cls(sub, SWEEP_PARAMS.get(cls.name))
+        conf = sub.op.checks.get(cls.name)  # the spec's params, then the sweep's
+        params = {**(conf.params if conf else {}), **SWEEP_PARAMS.get(cls.name, {})}
+        if cls.name == BackwardPrecision.name:
+            params["floor_ulp"] = self.params["precision_floor_ulp"]
+        judge = cls(sub, params)
         judge.observe(at)
         outcome = judge.outcome()
-        if "max_abs" in outcome.metrics:
+        if "max_abs" in outcome.metrics and "limit" not in (outcome.tolerance or {}):
             worst = max(self.worst.get(judge.name, 0.0), outcome.metrics["max_abs"])
             self.worst[judge.name] = worst
+        margin = limit_margin(outcome)
+        if margin is not None:
+            self.margins[judge.name] = max(self.margins.get(judge.name, 0.0), margin)
         if outcome.status == "fail":
             self.failed = (label, sizes, outcome, judge.name)
             return False
@@ -321,6 +392,7 @@ class ShapeSweep(Check):
 
     def outcome(self) -> Outcome:
         metrics = {"shapes": self.shapes, **{f"{k}_max_abs": v for k, v in self.worst.items()}}
+        metrics.update({f"{k}_margin": v for k, v in self.margins.items()})
         tol = {"mode": "contract tolerance"}
         if self.failed is None:
             return Outcome("pass", "", metrics, tol)
@@ -328,7 +400,7 @@ class ShapeSweep(Check):
         message = f"at {label} ({shape_flag(sizes)}), {judge}: {found.message}"
         metrics["failing_shape"] = dict(sizes)
         metrics["failing_check"] = judge
-        for key in ("max_abs", "n_nonfinite"):  # the failing shape's, for the table
+        for key in ("max_abs", "n_nonfinite", "ratio", "rel_l1"):  # the failing shape's
             if key in found.metrics:
                 metrics[key] = found.metrics[key]
         return Outcome(

@@ -263,3 +263,47 @@ def test_a_chunked_weight_gradient_that_overwrites_fails_past_one_chunk(catalog)
     worst, limit = headline(sweep)
     assert worst == f"{sweep.metrics['max_abs']:.2e}" and sweep.metrics["max_abs"] > 1e-4, worst
     assert limit == "0.0001 + 1e-05|g|", limit
+
+
+@pytest.mark.parametrize(
+    ("op", "bug", "dim", "wrong_at", "judge"),
+    [
+        # exp terms of a long row's tail rounded to bf16: ~900x an honest error (the
+        # softmax its backward takes from them too)
+        ("logp", "tile_bugs:tail_exp_in_16_bits", "vocab", lambda v: v > 16384 and v % 8, "fb"),
+        # a tail left out of the sum of squares: 2-3x an honest error
+        (
+            "rms_norm",
+            "broken_rms_norm:tail_squares_dropped_in_16_bits",
+            "hidden",
+            lambda h: h > 4096 and h % 8,
+            "f",
+        ),
+        # the row's entropy read in bf16 by the backward: 6-13x an honest gradient's error
+        (
+            "entropy",
+            "broken_entropy:backward_entropy_in_16_bits",
+            "vocab",
+            lambda v: v > 16384 and v % 64,
+            "b",
+        ),
+    ],
+)
+def test_a_16_bit_tail_path_inside_the_contract_fails_the_sweeps_precision(
+    catalog, op, bug, dim, wrong_at, judge
+):
+    """A 16-bit path of the widths the grid never has, wrong by a few times to 900 times
+    an honest kernel's error and within the contract: the sweep's precision judges (its
+    edges row holding the mass in the tail) fail it there, after its accuracy passed."""
+    from tests.conftest import with_op_candidate
+
+    cat = with_op_candidate(catalog, op, "bug", bug)
+    report = api.run(
+        cat, op, candidate_names=["bug"], device="cpu", dtype_names="bf16",
+        check_names=["shape_sweep"], seeds=[0], isolate=False, sweeps=False,
+    )  # fmt: skip
+    (res,) = report.results
+    assert res.status == "fail", res.message
+    judges = {"f": "forward_precision", "b": "backward_precision"}
+    assert res.metrics["failing_check"] in {judges[j] for j in judge}, res.message
+    assert wrong_at(res.metrics["failing_shape"][dim]), res.message
