@@ -435,3 +435,20 @@ def test_old_logps_follow_the_policy_with_stale_rows_where_the_gradient_holds_th
         assert bool((x["old_logps"][~follows] <= 0).all()), dist
     ratio, _ = ratio_kl.gold(*(t.double() if t.is_floating_point() else t for t in x.values()))
     assert torch.isfinite(ratio).all()
+
+
+@pytest.mark.parametrize("width", [1, 7, 200, 24_583])
+def test_edges_rows_hold_their_largest_entries_at_their_ends(width):
+    """The largest |entry| in the last column, the next in the first, and so on inwards;
+    the rest keep their order between (shape_sweep's row for head and tail paths)."""
+    from kernelcheck.cases.inputs import EDGE_ENTRIES, draw_float
+
+    x = draw_float(3, (width,), "edges", "fp32", 11)
+    k = min(EDGE_ENTRIES, width)
+    for row in x:
+        ranked = row.abs().sort(descending=True).values
+        ends = [width - 1 - i // 2 if i % 2 == 0 else i // 2 for i in range(k)]
+        assert torch.equal(row[ends].abs(), ranked[:k])
+    if width > 1000:  # normal entries of std 4, placed, not scaled
+        assert 3.8 < float(x.std()) < 4.2
+    assert draw_float(3, (width,), "edges", "fp32", 11).equal(x)  # seeded
