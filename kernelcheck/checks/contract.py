@@ -36,6 +36,10 @@ SCALE_UP = 64.0
 # the upstream gradient's factor in the loss-scale probe: fp16 training's GradScaler
 # settles near 2^10 to 2^16; at 2^12 an upstream of std 1 stays finite in fp16
 LOSS_SCALE = 4096.0
+# an upstream gradient this small (2^-30, 9.3e-10) is a real one: a token mean over 2^20
+# tokens times a KL coefficient of 1e-3; a backward that treats it as zero (a loss-masked
+# row's skip tested with |g| < eps) drops the rows of every such step
+TOKEN_MEAN_SCALE = 2.0**-30
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
 # of saved statistics reads another call's
 IN_FLIGHT = 9
@@ -129,6 +133,8 @@ class Contract(Check):
         "scale_up": SCALE_UP,
         # loss_scale: the upstream's factor in _loss_scaled (a power of two; 0: no such probe)
         "loss_scale": LOSS_SCALE,
+        # the upstream's factor in _scaled_down (a power of two below 1; 0: no such probe)
+        "token_mean_scale": TOKEN_MEAN_SCALE,
         # two calls in flight at a big batch, in the big-batch cases of the first dtype:
         # rows up to this many elements of the widest row-wise input and up to
         # in_flight_work products of a row's dims
@@ -179,6 +185,7 @@ class Contract(Check):
             self._after_siblings,
             self._scaled_up,
             self._loss_scaled,
+            self._scaled_down,
             self._other_dtypes,
             self._other_attributes,
             self._other_switches,
@@ -540,6 +547,15 @@ class Contract(Check):
         double = self.ctx.draw(trial.seed, trial.distribution, lead=(2 * n,), salt="strided")
         strided = {k: (v[::2] if row_wise[k] else v) for k, v in self.ctx.to_device(double).items()}
         yield "lead-strided view", strided, (n,)
+        if nlead == 2 and n > 1:
+            # a decode step of sequence-first rows ([s, b, h] at one position, seen as
+            # [b, 1, h]): packed in memory, but the unit dim's stride spans n rows, which
+            # torch's is_contiguous ignores; a kernel whose row pitch is stride(-2) skips
+            decode = {
+                k: v.reshape(1, n, *v.shape[1:]).transpose(0, 1) if row_wise[k] else v
+                for k, v in self.ctx.to_device(head).items()
+            }
+            yield "decode step of sequence-first rows (lead (n, 1))", decode, (n, 1)
         seq = min(self.ctx.lead[-1], 8) if nlead >= 2 else 0
         if not seq:
             return
@@ -1053,6 +1069,51 @@ class Contract(Check):
             self._finite_where_gold_is(f"{label}: gradient {n!r}", got[n], want[n])
         if len(self.problems) == before:
             self.passed.append(f"{label}: finite where the gold is")
+
+    def _scaled_down(self, trial: Trial) -> None:
+        """A backward handed the upstream gradient times ``token_mean_scale`` (2^-30: a
+        loss averaged over 2^20 tokens with a coefficient of 1e-3), the inputs as drawn:
+        its gradient divided by that power of two must be within the contract tolerance of
+        the gold gradient of the drawn upstream, wherever the gold's scaled value is a
+        normal number of the gradient's dtype (fp16 holds few: its gradients underflow). A
+        backward that skips a row whose upstream is below some eps (a loss-masked row's
+        test written ``fabsf(g) < 1e-6f``) zeroes every row of such a step; at the drawn
+        upstream of std 1 it is exact."""
+        ctx, factor = self.ctx, float(self.params["token_mean_scale"])
+        if not 0.0 < factor < 1.0 or not ctx.grad:
+            return
+        head, lead = self._in_range_rows(*self._head(trial))
+        if not lead[0]:
+            return
+        drawn = ctx.upstream(trial.seed, lead)
+        _, got = ctx.call_backward(ctx.to_device(head), [u * factor for u in drawn])
+        want = self._gold_gradients(head, [u.cpu() for u in drawn], lead)
+        label = f"the upstream gradient x{factor:g} (a token mean)"
+        before = len(self.problems)
+        for n in want:
+            g = got[n].detach().cpu().reshape(-1)
+            if g.shape != want[n].shape or not g.is_floating_point():
+                continue  # the shape and dtype probes report those
+            held = want[n].abs() * factor >= torch.finfo(g.dtype).tiny
+            unscaled = torch.where(held, g.double() / factor, want[n])
+            tol = ctx.tolerance("backward_accuracy", n)
+            what = f"{label}: gradient {n!r} / the factor"
+            self._close(what, "the gold's", tol, unscaled, want[n])
+        if len(self.problems) == before:
+            self.passed.append(f"{label}: the gradient scaled alike")
+
+    def _in_range_rows(self, head: dict, lead: tuple[int, ...]) -> tuple[dict, tuple[int]]:
+        """``head``'s rows whose index input is in range (the out-of-range rule owns the
+        gradient of the others, which its spec may leave unjudged)."""
+        op = self.ctx.op
+        rule = op.out_of_range
+        spec = None if rule is None else op.input(rule.input)
+        if spec is None or not spec.index_of or not op.is_row_wise(spec):
+            return head, lead
+        idx = head[rule.input].reshape(lead[0], -1)
+        keep = ((idx >= 0) & (idx < self.ctx.sizes[spec.index_of])).all(dim=1)
+        rows = {k: v[keep] if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
+        return rows, (int(keep.sum()),)
 
     def _other_dtypes(self, trial: Trial) -> None:
         """The same rows in each other dtype of the grid, one call after another in this
