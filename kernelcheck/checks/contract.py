@@ -1075,10 +1075,11 @@ class Contract(Check):
         loss averaged over 2^20 tokens with a coefficient of 1e-3), the inputs as drawn:
         its gradient divided by that power of two must be within the contract tolerance of
         the gold gradient of the drawn upstream, wherever the gold's scaled value is a
-        normal number of the gradient's dtype (fp16 holds few: its gradients underflow). A
-        backward that skips a row whose upstream is below some eps (a loss-masked row's
-        test written ``fabsf(g) < 1e-6f``) zeroes every row of such a step; at the drawn
-        upstream of std 1 it is exact."""
+        normal number of the gradient's dtype. Not where the upstream's own dtype cannot
+        hold the scaled values exactly (an fp16 output's: they underflow). A backward that
+        skips a row whose upstream is below some eps (a loss-masked row's test written
+        ``fabsf(g) < 1e-6f``) zeroes every row of such a step; at the drawn upstream of
+        std 1 it is exact."""
         ctx, factor = self.ctx, float(self.params["token_mean_scale"])
         if not 0.0 < factor < 1.0 or not ctx.grad:
             return
@@ -1086,10 +1087,13 @@ class Contract(Check):
         if not lead[0]:
             return
         drawn = ctx.upstream(trial.seed, lead)
-        _, got = ctx.call_backward(ctx.to_device(head), [u * factor for u in drawn])
+        scaled = [u * factor for u in drawn]
+        if any(not torch.equal(s / factor, u) for s, u in zip(scaled, drawn)):
+            return  # the upstream's dtype cannot hold it: no training step hands it over
+        _, got = ctx.call_backward(ctx.to_device(head), scaled)
         want = self._gold_gradients(head, [u.cpu() for u in drawn], lead)
         label = f"the upstream gradient x{factor:g} (a token mean)"
-        before = len(self.problems)
+        before, judged = len(self.problems), 0
         for n in want:
             g = got[n].detach().cpu().reshape(-1)
             if g.shape != want[n].shape or not g.is_floating_point():
@@ -1099,7 +1103,8 @@ class Contract(Check):
             tol = ctx.tolerance("backward_accuracy", n)
             what = f"{label}: gradient {n!r} / the factor"
             self._close(what, "the gold's", tol, unscaled, want[n])
-        if len(self.problems) == before:
+            judged += int(held.sum())
+        if judged and len(self.problems) == before:
             self.passed.append(f"{label}: the gradient scaled alike")
 
     def _in_range_rows(self, head: dict, lead: tuple[int, ...]) -> tuple[dict, tuple[int]]:

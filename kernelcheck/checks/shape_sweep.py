@@ -1,4 +1,5 @@
-"""``shape_sweep``: the contract tolerance at the sizes where tails and index widths break.
+"""``shape_sweep``: the contract tolerance and the precision rules at the sizes where tails
+and index widths break.
 
 A kernel is written for a vector width, a tile and an index type, and its bugs sit at
 the edges of those: a remainder loop that handles one element, a tile boundary, a 16-bit
@@ -267,7 +268,8 @@ class ShapeSweep(Check):
     draws_own = True
     shrinkable = False  # it never depends on the case's own shape: the message names one
     summary = (
-        "forward and backward within the contract tolerance at tail sizes: every residue "
+        "forward and backward within the contract tolerance, and as precise as the fp32 "
+        "reference (edges rows), at tail sizes: every residue "
         "mod 64 in one tile and past several, 2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
         "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560)"
     )

@@ -117,3 +117,16 @@ def test_a_contract_layout_or_call_that_the_grid_never_makes_fails(catalog, bug,
     assert says in res.message, res.message
     honest = run_small(catalog, "torch", ["contract"], seeds=[0])["contract"]
     assert honest.status == "pass", honest.message
+
+
+def test_a_token_mean_upstream_fp16_cannot_hold_is_not_judged(catalog):
+    """x2^-30 underflows an fp16 upstream to 0: an honest backward then gives an fp32
+    weight (a norm kept in fp32 beside fp16 activations) a zero gradient, which the
+    gold of the drawn upstream must not judge."""
+    from dataclasses import replace
+
+    op = catalog.ops["rms_norm"]
+    inputs = tuple(replace(i, dtype="float32") if i.name == "weight" else i for i in op.inputs)
+    cat = replace(catalog, ops={**catalog.ops, "rms_norm": replace(op, inputs=inputs)})
+    res = run_one(cat, "rms_norm", "torch", "contract", "fp16", {"batch": 8, "hidden": 256})
+    assert res.status == "pass", res.message
