@@ -412,5 +412,5 @@ class ShapeSweep(Check):
             found.tolerance,
             found.seed,
             found.distribution,
-            found.trial_distribution,
+            MIX.join(self.ctx.case.distributions),  # reruns it: the sweep adds its edges row
         )
