@@ -6,19 +6,26 @@ from kernelcheck.cases.inputs import parts_of, row_distribution
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.metrics import ErrorProfile, ErrorStats, merge_stats
 from kernelcheck.checks.outcome import CandidateFault, Outcome
-from kernelcheck.checks.rows import flat_rows, fmt_index
+from kernelcheck.checks.rows import RowSelection, flat_rows, fmt_index, row_selection
 from kernelcheck.checks.trial import Trial
 
 
-def _new_stats(tol, trial: Trial, row_wise: bool) -> ErrorStats:
+def _new_stats(tol, trial: Trial, row_wise: bool, judged: RowSelection | None) -> ErrorStats:
     """Empty statistics at ``tol`` with the error profile of ``trial``'s distributions: a
-    row-wise tensor's rows come from them in turn; a shared one mixes them all."""
+    row-wise tensor's rows come from them in turn (the judged ones alone); a shared one
+    mixes them all."""
     dists = parts_of(trial.distribution) if row_wise else [trial.distribution]
+    if row_wise and judged is not None:
+        dists = [dists[k] for k in judged.kept]
     return ErrorStats(tol.atol, tol.rtol, profile=ErrorProfile(dists))
 
 
 class _ToleranceCheck(Check):
     judgment = ""
+    # only: the distributions whose rows are judged (empty: every one); shape_sweep's
+    # judges leave out its edges row, drawn for the precision rules (relative to the
+    # honest reference), which the spec's contract was never written for
+    PARAMS = {"only": ()}
 
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
@@ -40,15 +47,20 @@ class _ToleranceCheck(Check):
         """Statistics of one output or gradient of ``trial``, with its error profile: a
         row-wise tensor's rows come from the trial's distributions in turn; a shared one
         (a norm's weight gradient) mixes them all."""
-        return _new_stats(self.tols[name], trial, row_wise)
+        return _new_stats(self.tols[name], trial, row_wise, self.judged_rows(trial))
+
+    def judged_rows(self, trial: Trial) -> RowSelection | None:
+        """The rows of ``trial`` this check judges (None: every row)."""
+        return row_selection(parts_of(trial.distribution), tuple(self.params["only"]))
 
     def _output_stats(self, trial: Trial, tol, spec, c, g) -> ErrorStats:
         """One output ``c`` of ``trial`` against its gold ``g`` at ``tol``."""
         row_wise = self.ctx.op.is_row_wise(spec)
-        st = _new_stats(tol, trial, row_wise)
+        judged = self.judged_rows(trial)
+        st = _new_stats(tol, trial, row_wise, judged)
         if row_wise:
             nlead = len(self.ctx.lead)
-            st.update(flat_rows(c, nlead), flat_rows(g, nlead))
+            update_rows(st, flat_rows(c, nlead), flat_rows(g, nlead), 0, judged)
         else:
             st.update(c.unsqueeze(0), g.unsqueeze(0))
         return st
@@ -97,14 +109,21 @@ class _ToleranceCheck(Check):
         else:
             lead = self.ctx.lead
 
+            judged = self.judged_rows(trial)
+
+            def row_of(first: tuple) -> int:  # its row in the trial
+                return first[0] if judged is None else judged.original(first[0])
+
             def at(first: tuple) -> str:
                 # a row-wise tensor's index has the lead dims; a shared one (a norm's
                 # weight gradient) its own shape only
-                return fmt_index(first[0], first[1:], lead) if row_wise else str(list(first[1:]))
+                return (
+                    fmt_index(row_of(first), first[1:], lead) if row_wise else str(list(first[1:]))
+                )
 
             message = st.bounds_message(what, at)
             if row_wise:
-                dist = row_distribution(trial.distribution, st.first_bad[0])  # that row's
+                dist = row_distribution(trial.distribution, row_of(st.first_bad))  # that row's
         message += f" [seed {trial.seed}, {dist}]"
         return Outcome("fail", message, metrics, tol, trial.seed, dist, trial.distribution, plots)
 
@@ -130,13 +149,24 @@ class ForwardAccuracy(_ToleranceCheck):
             self._record(trial, st, what, self.ctx.op.is_row_wise(spec))
 
 
+def update_rows(st: ErrorStats, cand, gold, start: int, judged: RowSelection | None) -> None:
+    """``st`` updated with the rows of ``cand`` against ``gold`` (rows ``start`` on of the
+    trial) that ``judged`` selects, counted as compacted rows (every row: None)."""
+    if judged is None:
+        st.update(cand, gold, row_offset=start)
+        return
+    keep = judged.local(start, start + gold.shape[0])
+    st.update(cand[keep], gold[keep], row_offset=judged.compact(start))
+
+
 class BackwardAccuracy(_ToleranceCheck):
     """Also the outputs of the backward's own forward call (made with grad, as training
     makes them), against the forward gold with the forward tolerance: a fused kernel's
     training path is never seen by ``forward_accuracy``'s no-grad call."""
 
     name = "backward_accuracy"
-    PARAMS = {"frozen_inputs": True}  # shape_sweep's judge: off (a path, not a size)
+    # frozen_inputs: shape_sweep's judge: off (a path, not a size)
+    PARAMS = {**_ToleranceCheck.PARAMS, "frozen_inputs": True}
     uses = frozenset({"grads", "grad_outputs", "gold"})
     judgment = "backward_accuracy"
     needs_grad = True
@@ -169,6 +199,7 @@ class BackwardAccuracy(_ToleranceCheck):
                     continue
                 rows = flat_rows(g, nlead) if row_wise else g
                 judged.append((f"gradient:{n}{suffix}", n, self.stats(n, trial, row_wise), rows))
+        selection = self.judged_rows(trial)
         for sl, chunk in trial.gold_grad_chunks():
             for _, n, st, rows in judged:
                 if n not in chunk:  # a chunk holds row-wise gradients or the shared ones
@@ -176,7 +207,7 @@ class BackwardAccuracy(_ToleranceCheck):
                 if sl is None:
                     st.update(rows.unsqueeze(0), chunk[n].unsqueeze(0))
                 else:
-                    st.update(rows[sl], chunk[n], row_offset=sl.start)
+                    update_rows(st, rows[sl], chunk[n], sl.start, selection)
         for what, n, st, _ in judged:
             self._record(trial, st, what, self.ctx.op.is_row_wise(self.ctx.op.input(n)))
         self._judge_grad_outputs(trial)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -36,3 +37,39 @@ def placed_rows(
     else:
         dst.copy_(pool.index_select(0, torch.tensor(index)))
     return dst.view(*lead, *inner)
+
+
+@dataclass(frozen=True)
+class RowSelection:
+    """The rows of a mixed trial that a check judges: a trial deals its rows round-robin
+    from ``period`` distributions, and the judged ones sit at ``kept`` in each period.
+    Judged rows are compacted (their statistics count them alone); :meth:`original`
+    names a compacted row by its place in the trial, as the user reads it."""
+
+    period: int
+    kept: tuple[int, ...]
+
+    def local(self, start: int, stop: int) -> torch.Tensor:
+        """The judged rows of ``[start, stop)``, counted from ``start``."""
+        rows = torch.arange(start, stop)
+        keep = torch.zeros(self.period, dtype=torch.bool)
+        keep[list(self.kept)] = True
+        return (rows - start)[keep[rows % self.period]]
+
+    def compact(self, row: int) -> int:
+        """How many judged rows come before trial row ``row``."""
+        whole, part = divmod(row, self.period)
+        return whole * len(self.kept) + sum(1 for k in self.kept if k < part)
+
+    def original(self, compact: int) -> int:
+        """The trial row of compacted row ``compact``."""
+        whole, k = divmod(compact, len(self.kept))
+        return whole * self.period + self.kept[k]
+
+
+def row_selection(parts: list[str], only: tuple[str, ...]) -> RowSelection | None:
+    """The rows of ``parts``' distributions in ``only`` (None: every row is judged)."""
+    kept = tuple(k for k, p in enumerate(parts) if p in only)
+    if not only or len(kept) == len(parts):
+        return None
+    return RowSelection(len(parts), kept)
