@@ -118,9 +118,7 @@ def plan(
         if short is None:
             raise UsageError(f"unknown dtype {d!r}; valid: fp32, bf16, fp16")
         dts.append(short)
-    checks = _split(check_names) or [
-        n for n in CHECKS if spec.checks.get(n) is None or spec.checks[n].enabled
-    ]
+    checks = _split(check_names) or [n for n in CHECKS if spec.check_enabled(n)]
     for c in checks:
         if c not in CHECKS:
             raise UsageError(f"unknown check {c!r}; valid: {', '.join(CHECKS)}")

@@ -380,6 +380,18 @@ class CaseContext:
             return flat_rows(t, nlead)
         return t.reshape(1, -1)
 
+    def out_of_range_rows(self, inputs: dict, nlead: int) -> torch.Tensor | None:
+        """Per row of ``inputs`` (their first ``nlead`` dims flattened), whether its index
+        input holds an index out of range, where the op's out-of-range rule owns its
+        outputs and gradient (None: no such rule over a row-wise index input)."""
+        rule = self.op.out_of_range
+        spec = None if rule is None else self.op.input(rule.input)
+        if spec is None or not spec.index_of or not self.op.is_row_wise(spec):
+            return None
+        idx = flat_rows(inputs[rule.input], nlead)
+        idx = idx.reshape(idx.shape[0], -1)
+        return ((idx < 0) | (idx >= self.sizes[spec.index_of])).any(dim=1)
+
     def trial_key(self, seed: int, dist: str) -> str:
         c = self.case
         narrowed = (("in_range", ",".join(self.op.in_range)),) if self.op.in_range else ()

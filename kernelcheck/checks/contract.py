@@ -1111,12 +1111,10 @@ class Contract(Check):
         """``head``'s rows whose index input is in range (the out-of-range rule owns the
         gradient of the others, which its spec may leave unjudged)."""
         op = self.ctx.op
-        rule = op.out_of_range
-        spec = None if rule is None else op.input(rule.input)
-        if spec is None or not spec.index_of or not op.is_row_wise(spec):
+        out = self.ctx.out_of_range_rows(head, len(lead))
+        if out is None:
             return head, lead
-        idx = head[rule.input].reshape(lead[0], -1)
-        keep = ((idx >= 0) & (idx < self.ctx.sizes[spec.index_of])).all(dim=1)
+        keep = ~out
         rows = {k: v[keep] if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
         return rows, (int(keep.sum()),)
 

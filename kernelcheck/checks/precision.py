@@ -80,18 +80,11 @@ class ForwardPrecision(Check):
 
     def _out_of_range_rows(self, trial: Trial) -> tuple[str, torch.Tensor] | None:
         """(what, mask) of the rows whose index input is out of range, if the op has some."""
-        op = self.ctx.op
-        rule = op.out_of_range
-        if rule is None:
+        mask = self.ctx.out_of_range_rows(trial.cpu_inputs, len(self.ctx.lead))
+        if mask is None:
             return None
-        spec = op.input(rule.input)
-        if not spec.index_of or not op.is_row_wise(spec):
-            return None
-        idx = flat_rows(trial.cpu_inputs[rule.input], len(self.ctx.lead))
-        if idx.dim() != 1:
-            return None
-        bound = self.ctx.sizes[spec.index_of]
-        return f"{rule.input} (expected exactly {rule.output!r})", (idx < 0) | (idx >= bound)
+        rule = self.ctx.op.out_of_range
+        return f"{rule.input} (expected exactly {rule.output!r})", mask
 
     def observe(self, trial: Trial) -> None:
         nlead = len(self.ctx.lead)

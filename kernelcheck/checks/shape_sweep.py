@@ -291,6 +291,8 @@ class ShapeSweep(Check):
             return f"the spec has no tolerance.forward_accuracy for {self.ctx.case.dtype}"
         if not swept_dims(self.ctx.op) and not self.ctx.op.lead:
             return f"op {self.ctx.op.name} has no row-wise inputs"
+        if not self._judge_classes():
+            return "the spec turns every judge off (enabled = false)"
         return None
 
     def trials_wanted(self, trials: list[Trial]) -> list[Trial]:
@@ -327,14 +329,15 @@ class ShapeSweep(Check):
         return {d: max(widths.get(d, 0), sizes.get(d, 0)) for d in {*widths, *sizes}}
 
     def _judge_classes(self) -> list[type[Check]]:
-        """Those of JUDGES that apply to this case (a tolerance exists, backward checks
-        are on): shape-independent, so decided once."""
+        """Those of JUDGES that apply to this case (on in the spec, a tolerance exists,
+        backward checks are on): shape-independent, so decided once."""
         if self._classes is None:
             precision = bool(self.params["precision_floor_ulp"])
             self._classes = [
                 cls
                 for cls in JUDGES
                 if (precision or cls.name not in PRECISION_JUDGES)
+                and self.ctx.op.check_enabled(cls.name)
                 and cls(self.ctx).skip_reason() is None
             ]
         return self._classes
@@ -378,8 +381,7 @@ class ShapeSweep(Check):
 
     def _judged(self, cls: type[Check], sub, at: Trial, label: str, sizes: dict) -> bool:
         """Judge ``at`` with one of JUDGES; False (and the failure kept) when it fails."""
-        conf = sub.op.checks.get(cls.name)  # the spec's params, then the sweep's
-        params = {**(conf.params if conf else {}), **SWEEP_PARAMS.get(cls.name, {})}
+        params = {**sub.op.check_params(cls.name), **SWEEP_PARAMS.get(cls.name, {})}
         if cls.name == BackwardPrecision.name:
             params["floor_ulp"] = self.params["precision_floor_ulp"]
         if cls.name not in PRECISION_JUDGES:  # the contract: the case's own rows

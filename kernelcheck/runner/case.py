@@ -13,7 +13,7 @@ import inspect
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernelcheck import candidates
@@ -38,7 +38,6 @@ from kernelcheck.timing import PhaseClock
 class RunOptions:
     check_grad: bool = True
     user_specs: tuple[Path, ...] = ()
-    check_params: dict = field(default_factory=dict)
     shared_dir: str | None = None  # where trials are shared by every candidate (None: not)
     shared_budget: int = 0
     sanitize: str | None = None  # the compute-sanitizer tool the isolated workers run under
@@ -311,9 +310,7 @@ def _run_case(op, case, options, progress, clock, pristine) -> Iterator[CheckRes
     ctx = replace(prepared.ctx, in_pristine_process=in_pristine_process)
     active: dict[str, Check] = {}
     for name in case.checks:
-        conf = ctx.op.checks.get(name)
-        params = {**(conf.params if conf else {}), **options.check_params.get(name, {})}
-        check = CHECKS[name](ctx, params)
+        check = CHECKS[name](ctx, ctx.op.check_params(name))
         reason = check.skip_reason()
         if reason:
             yield result(name, Outcome("skip", reason))

@@ -299,6 +299,16 @@ class OpSpec:
     def base_dir(self) -> Path:
         return self.source.parent
 
+    def check_params(self, name: str) -> dict:
+        """The spec's parameters of check ``name`` (``[checks.NAME]``, ``enabled`` aside)."""
+        conf = self.checks.get(name)
+        return dict(conf.params) if conf else {}
+
+    def check_enabled(self, name: str) -> bool:
+        """Whether the spec leaves check ``name`` on (``enabled = false`` turns it off)."""
+        conf = self.checks.get(name)
+        return conf is None or conf.enabled
+
     @property
     def switches(self) -> frozenset[str]:
         """Attributes that switch an input on (``when``): never keyword arguments."""
