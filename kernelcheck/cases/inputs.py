@@ -70,7 +70,9 @@ DISTRIBUTIONS = {
     "where eps dominates a norm's mean square",
     "drifted": "standard normal; a related input (a reference model's logits) drifts 2 to 8 "
     "nats per entry from it (by row) instead of its spec's perturbation: KL estimates past "
-    "10 nats in most rows, where a clamp (verl's low_var_kl at +-10) or a cut-off acts",
+    "10 nats in most rows, where a clamp (verl's low_var_kl at +-10) or a cut-off acts; "
+    "its rows also sit 90 to 120 nats above or below the base's (in turn), an offset a "
+    "softmax ignores and a kernel sharing one row max between the two does not",
     "spikes": "standard normal with one entry in 64 of each row (at least one) an outlier of "
     "+-100 to 200 at the same columns in every input of a shape: LLM activations' outlier "
     "channels, where an exp(x) overflows fp32 (past 88.7)",
@@ -90,6 +92,11 @@ ZERO_WEIGHT_FROM = 4
 SPIKE_EVERY = 64  # one outlier column in 64; its place moves with the row
 SPIKE_RANGE = (100.0, 200.0)  # past exp's fp32 range; a product of two stays below fp16's max
 DRIFT_RANGE = (2.0, 8.0)  # a drifted row's perturbation std, uniform by row
+# a drifted row's related input also sits this far from its base row, above and below in
+# turn (uniform by row): a reference model's logits need not share the policy's row
+# offset, which a softmax ignores, and a kernel that shifts both rows by one max
+# overflows past 88.7 nats (or underflows below -87)
+DRIFT_OFFSET = (90.0, 120.0)
 LM_LOGP_FLOOR = 60.0  # the lm tail is clipped at logsumexp - 60: |logp| < 64 (fp32 contract)
 # values = "logp": an old policy's log-probability of each selected token, the current
 # policy's (its drawn logits') give or take a PPO step (OLD_LOGP_STEP nats, ratio ~1);
@@ -435,6 +442,7 @@ class _Draw:
         key = _key(self.seed, self.dist, spec.name, self.salt, "perturbation")
         noise = draw_float(n, inner, "normal", "fp32", key)
         noise.mul_(self.perturbation(spec, n).view(n, *([1] * len(inner))))
+        noise.add_(self.offsets(spec, n).view(n, *([1] * len(inner))))
         t = (self.empty or torch.empty)((n, *inner), dtype=dtypes.torch_dtype(self.dtype_of(spec)))
         t.copy_(noise.add_(base.reshape(noise.shape).float()))
         return self.scaled(spec, t)
@@ -442,15 +450,35 @@ class _Draw:
     def perturbation(self, spec: InputSpec, n: int) -> torch.Tensor:
         """Each row's perturbation std: the spec's, but DRIFT_RANGE (uniform by row) in
         the rows of a `drifted` part, a reference model far from the policy."""
-        std = torch.full((n,), spec.perturbation, dtype=torch.float32)
+        low, high = DRIFT_RANGE
+
+        def draw(k: int, gen: torch.Generator) -> torch.Tensor:
+            return torch.rand(k, generator=gen) * (high - low) + low
+
+        return self._per_drifted_row(spec, n, spec.perturbation, "drift", draw)
+
+    def offsets(self, spec: InputSpec, n: int) -> torch.Tensor:
+        """Each row's constant offset from its base row: 0, but DRIFT_OFFSET (uniform by
+        row, up and down in turn) in the rows of a `drifted` part."""
+        low, high = DRIFT_OFFSET
+
+        def draw(k: int, gen: torch.Generator) -> torch.Tensor:
+            size = torch.rand(k, generator=gen) * (high - low) + low
+            return size * (1 - 2 * (torch.arange(k) % 2))
+
+        return self._per_drifted_row(spec, n, 0.0, "offset", draw)
+
+    def _per_drifted_row(self, spec: InputSpec, n: int, value: float, salt: str, draw):
+        """A float32 value per row: ``value``, but ``draw(count, generator)`` in the rows of
+        each `drifted` part (its own stream, salted ``salt``)."""
+        out = torch.full((n,), value, dtype=torch.float32)
         parts = parts_of(self.dist) if self.op.is_row_wise(spec) else parts_of(self.dist)[:1]
         for k, part in enumerate(parts):
             if part == "drifted":
-                gen = _generator(self.seed, self.dist, spec.name, self.salt, "drift", str(k))
-                rows = std[k :: len(parts)]
-                low, high = DRIFT_RANGE
-                rows.copy_(torch.rand(rows.shape, generator=gen) * (high - low) + low)
-        return std
+                gen = _generator(self.seed, self.dist, spec.name, self.salt, salt, str(k))
+                rows = out[k :: len(parts)]
+                rows.copy_(draw(rows.numel(), gen))
+        return out
 
     def old_logps(self, spec: InputSpec, out: dict[str, torch.Tensor]) -> torch.Tensor:
         """``values = "logp"``: the selected logps of ``related_to`` (float64, of the drawn

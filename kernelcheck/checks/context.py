@@ -392,6 +392,18 @@ class CaseContext:
         idx = idx.reshape(idx.shape[0], -1)
         return ((idx < 0) | (idx >= self.sizes[spec.index_of])).any(dim=1)
 
+    def fixed_rows(self, inputs: dict, nlead: int) -> torch.Tensor | None:
+        """Per row of ``inputs`` (as :meth:`out_of_range_rows`), whether a contract rule
+        fixes its outputs and gradient: an index out of range, a mask false there (None:
+        no such rule applies)."""
+        found = self.out_of_range_rows(inputs, nlead)
+        rule = self.op.masked
+        if rule is not None and rule.mask in inputs:
+            mask = flat_rows(inputs[rule.mask], nlead)
+            off = ~mask.reshape(mask.shape[0], -1).bool().all(dim=1)
+            found = off if found is None else found | off
+        return found
+
     def trial_key(self, seed: int, dist: str) -> str:
         c = self.case
         narrowed = (("in_range", ",".join(self.op.in_range)),) if self.op.in_range else ()

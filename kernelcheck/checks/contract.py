@@ -20,7 +20,7 @@ import torch
 
 from kernelcheck import dtypes, gold
 from kernelcheck.cases.inputs import make_inputs
-from kernelcheck.checks import concurrent_calls
+from kernelcheck.checks import concurrent_calls, process_inputs
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.metrics import ErrorStats, bits, first_bit_difference
@@ -181,9 +181,11 @@ class Contract(Check):
             self._narrow_row_inputs,
             self._integer_masks,
             self._under_autocast,
+            self._under_default_dtype,
             self._updated_in_place,
             self._after_siblings,
             self._scaled_up,
+            self._nan_inputs,
             self._loss_scaled,
             self._scaled_down,
             self._other_dtypes,
@@ -1018,13 +1020,7 @@ class Contract(Check):
         if factor <= 1.0:
             return
         head, lead = self._head(trial)
-        names = [
-            s.name
-            for s in op.inputs
-            if op.is_row_wise(s)
-            and s.values in ("case", "related")
-            and head[s.name].is_floating_point()
-        ]
+        names = self._drawn_float_rows(head)
         if not names:
             return
         big = {k: times_scale_up(v, factor) if k in names else v for k, v in head.items()}
@@ -1045,6 +1041,111 @@ class Contract(Check):
             self._finite_where_gold_is(f"{label}: {what}", got, want)
         if len(self.problems) == before:
             self.passed.append(f"{label}: finite where the gold is")
+
+    def _drawn_float_rows(self, head: dict) -> list[str]:
+        """The row-wise float inputs drawn from the case's distribution or related to it
+        (logits, hidden states; not ids, masks, weights or old logps)."""
+        op = self.ctx.op
+        return [
+            s.name
+            for s in op.inputs
+            if op.is_row_wise(s)
+            and s.values in ("case", "related")
+            and head[s.name].is_floating_point()
+        ]
+
+    def _nan_inputs(self, trial: Trial) -> None:
+        """One NaN in every other row of each drawn row-wise float input (a diverging
+        model's logits; an fp16 overflow before the kernel): wherever the float64 gold of
+        these inputs (an output, a gradient) is NaN, the candidate's must not be finite,
+        and the rows without a NaN must stay within the contract tolerance of the gold. A
+        max taken with fmax (which drops a NaN) and a sum that skips entries not above
+        -inf read a NaN as a masked entry: a finite entropy, and the trainer never sees
+        its NaN. A row whose gold is finite despite its NaN (a masked position, an
+        out-of-range target) may give either."""
+        ctx, op = self.ctx, self.ctx.op
+        head, lead = self._head(trial)
+        names = self._drawn_float_rows(head)
+        if not names:
+            return
+        nan, planted = process_inputs.with_nans(head, names)
+        triples = [
+            (f"output {o.name!r}", o, got, want)
+            for o, got, want in zip(
+                op.outputs, ctx.call(ctx.to_device(nan)), gold.forward(op, ctx.gold_fn, nan, lead)
+            )
+        ]
+        if ctx.grad:  # no zero upstream rows: a loss-masked row's gradient may skip its NaN
+            upstream = [u.masked_fill(u == 0, 1.0) for u in ctx.upstream(trial.seed, lead)]
+            _, got = ctx.call_backward(ctx.to_device(nan), upstream)
+            want = self._gold_gradients(nan, [u.cpu() for u in upstream], lead)
+            triples += [(f"gradient {n!r}", op.input(n), got[n], want[n]) for n in want]
+        label = f"a NaN in every other row of {', '.join(names)}"
+        # rows whose index is out of range or whose mask is false: their rules own them
+        owned = ctx.fixed_rows(nan, len(lead))
+        if owned is None:
+            owned = torch.zeros_like(planted)
+        before = len(self.problems)
+        for what, spec, got, want in triples:
+            self._judge_nan_rows(f"{label}: {what}", spec, got, want, planted, owned)
+        if len(self.problems) == before:
+            self.passed.append(f"{label}: NaN where the gold is, the other rows within it")
+
+    def _judge_nan_rows(self, what: str, spec, got, want, planted, owned) -> None:
+        """:meth:`_nan_inputs`' rules on one output or gradient: NaN where the gold is (but
+        in the rows ``owned`` by a contract rule, whose value holds there), the rows with
+        no NaN and no such rule within the contract tolerance."""
+        g, w = got.detach().cpu(), want.detach().cpu().double()
+        if g.numel() != w.numel():
+            return  # the shape probes report those
+        w = w.reshape(g.shape)
+        row_wise = self.ctx.op.is_row_wise(spec) and g.dim() and g.shape[0] == planted.shape[0]
+        ruled = process_inputs.row_elements(w, owned) if row_wise else torch.zeros_like(w).bool()
+        hidden = process_inputs.hidden_nans(g, w, ~ruled)
+        if hidden is not None:
+            self.problems.append(f"{what}: {hidden}")
+        judgment = "backward_accuracy" if spec in self.ctx.op.inputs else "forward_accuracy"
+        tol = self.ctx.tolerance(judgment, spec.name)
+        clean = torch.isfinite(w)
+        if row_wise:
+            clean &= ~process_inputs.row_elements(w, planted | owned)
+        self._close(f"{what} (rows without a NaN)", "the gold's", tol, g[clean], w[clean])
+
+    def _under_default_dtype(self, trial: Trial) -> None:
+        """The calls (forward; forward and backward) in a process whose default dtype is
+        bf16 (DeepSeek-V3's inference script sets it globally): outputs and gradients
+        within twice the contract tolerance of the same calls' under float32, or a loud
+        refusal. A kernel that makes its accumulator with ``torch.zeros(rows)`` takes the
+        process's default dtype: its fp32 sum of squares runs in bf16."""
+        ctx, op = self.ctx, self.ctx.op
+        head, lead = self._head(trial)
+        upstream = ctx.upstream(trial.seed, lead) if ctx.grad else []
+
+        def calls() -> list[tuple[str, str, torch.Tensor]]:
+            found = [
+                (f"output {o.name!r}", o.name, c)
+                for o, c in zip(op.outputs, ctx.call(ctx.to_device(head)))
+            ]
+            if ctx.grad:
+                outs, grads = ctx.call_backward(ctx.to_device(head), upstream)
+                found += [
+                    (f"output {o.name!r} (with grad)", o.name, c) for o, c in zip(op.outputs, outs)
+                ]
+                found += [(f"gradient {n!r}", n, grads[n]) for n in op.grad_inputs]
+            return found
+
+        label = "under torch.set_default_dtype(torch.bfloat16)"
+        with process_inputs.default_dtype(torch.bfloat16):
+            got = self._unless_refused(label, calls)
+        if got is None:
+            return
+        before = len(self.problems)
+        for (what, name, g), (_, _, w) in zip(got, calls()):
+            judgment = "backward_accuracy" if what.startswith("gradient") else "forward_accuracy"
+            tol = ctx.tolerance(judgment, name)
+            self._close(f"{label}: {what}", "the calls' under float32", tol, g, w, scale=2.0)
+        if len(self.problems) == before:
+            self.passed.append(label)
 
     def _loss_scaled(self, trial: Trial) -> None:
         """A backward handed the upstream gradient times ``loss_scale`` (2^12: a

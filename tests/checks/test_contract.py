@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernelcheck import api
-from tests.conftest import FIXTURES, SPECS, run_one, run_small, with_candidate
+from tests.conftest import FIXTURES, SPECS, run_one, run_small, with_candidate, with_op_candidate
 
 SHAPE = {"batch": 8, "vocab": 257}
 
@@ -130,3 +130,32 @@ def test_a_token_mean_upstream_fp16_cannot_hold_is_not_judged(catalog):
     cat = replace(catalog, ops={**catalog.ops, "rms_norm": replace(op, inputs=inputs)})
     res = run_one(cat, "rms_norm", "torch", "contract", "fp16", {"batch": 8, "hidden": 256})
     assert res.status == "pass", res.message
+
+
+@pytest.mark.parametrize(
+    ("op", "bug", "shape", "says"),
+    [
+        (
+            "entropy",
+            "broken_entropy:nan_read_as_masked",
+            {"batch": 8, "vocab": 257},
+            "a NaN in every other row of logits: output 'entropy': 4 of 4 elements finite",
+        ),
+        (
+            "rms_norm",
+            "broken_rms_norm:accumulates_in_default_dtype",
+            {"batch": 8, "hidden": 2048},
+            "under torch.set_default_dtype(torch.bfloat16): output 'y'",
+        ),
+    ],
+)
+def test_a_nan_read_as_masked_or_a_default_dtype_accumulator_fails(catalog, op, bug, shape, says):
+    """A round-13 red team's two misses: an entropy whose fmax and -inf guard read a NaN
+    logit as masked (finite where the gold is NaN), an rms_norm accumulating in
+    ``torch.zeros(rows)`` (bf16 where a script set the default dtype). Honest ones pass."""
+    cat = with_op_candidate(catalog, op, "bug", bug)
+    res = run_one(cat, op, "bug", "contract", "fp32", shape)
+    assert res.status == "fail", res.message
+    assert says in res.message, res.message
+    honest = run_one(catalog, op, "torch", "contract", "fp32", shape)
+    assert honest.status == "pass", honest.message

@@ -89,6 +89,33 @@ def test_a_kl_clamped_at_10_fails_on_drifted_rows_only(catalog):
     assert "kl" in res.message or want == "pass"
 
 
+def test_a_reference_shifted_by_the_policys_max_fails_on_drifted_rows(catalog):
+    """One max pass for both rows (a round-13 red team's fused kernel): exact while the
+    reference shares the policy's row offset; `drifted` rows sit 90 to 120 nats above or
+    below it, where exp(ref - policy max) overflows or underflows. The honest one passes."""
+    planted = api.load_catalog([FIXTURES / "planted_ratio_kl.toml"])
+    for dist, cand, want in (
+        ("normal", "reference-shifted-by-policy-max", "pass"),
+        ("drifted", "reference-shifted-by-policy-max", "fail"),
+        ("drifted", "torch", "pass"),
+    ):
+        res = run_one(planted, "ratio_kl", cand, "forward_accuracy", "fp32", SMALL,
+                      distributions=[dist])  # fmt: skip
+        assert res.status == want, (dist, cand, res.message)
+        assert want == "pass" or "output:kl" in res.message, res.message
+
+
+def test_drifted_references_sit_above_and_below_the_policy():
+    from kernelcheck.cases.inputs import make_inputs
+
+    op = api.load_catalog().ops["ratio_kl"]
+    inputs = make_inputs(op, {"batch": 8, "vocab": 257}, "fp32", 0, "normal+drifted")
+    shift = (inputs["ref_logits"] - inputs["policy_logits"]).mean(-1)
+    assert shift[0::2].abs().max() < 1  # normal rows: within the perturbation
+    assert (shift[1::2].abs() > 88.7).all()  # past exp's fp32 range either way
+    assert (shift[1::2] > 0).any() and (shift[1::2] < 0).any()
+
+
 def test_a_log_ratio_clamped_at_20_fails_on_stale_old_logps(catalog):
     """verl clamps the log-ratio at +-20. The old logps hold one row in 8 20 to 40 nats
     deep (stale data): every trial has a log-ratio past 20, where the clamp is off by
