@@ -1056,19 +1056,21 @@ class Contract(Check):
 
     def _nan_inputs(self, trial: Trial) -> None:
         """One NaN in every other row of each drawn row-wise float input (a diverging
-        model's logits; an fp16 overflow before the kernel): wherever the float64 gold of
-        these inputs (an output, a gradient) is NaN, the candidate's must not be finite,
-        and the rows without a NaN must stay within the contract tolerance of the gold. A
-        max taken with fmax (which drops a NaN) and a sum that skips entries not above
-        -inf read a NaN as a masked entry: a finite entropy, and the trainer never sees
-        its NaN. A row whose gold is finite despite its NaN (a masked position, an
-        out-of-range target) may give either."""
+        model's logits; an fp16 overflow before the kernel), rows that no out-of-range or
+        mask rule fixes: wherever the float64 gold of these inputs (an output, a gradient)
+        is NaN, the candidate's must not be finite, and the rows without a NaN must stay
+        within the contract tolerance of the gold. A max taken with fmax (which drops a
+        NaN) and a sum that skips entries not above -inf read a NaN as a masked entry: a
+        finite entropy, and the trainer never sees its NaN."""
         ctx, op = self.ctx, self.ctx.op
         head, lead = self._head(trial)
         names = self._drawn_float_rows(head)
-        if not names:
+        owned = ctx.fixed_rows(head, len(lead))  # rows a rule fixes: their rule's value
+        owned = torch.zeros(lead[0], dtype=torch.bool) if owned is None else owned
+        planted = process_inputs.every_other(~owned)
+        if not names or not bool(planted.any()):
             return
-        nan, planted = process_inputs.with_nans(head, names)
+        nan = process_inputs.with_nans(head, names, planted)
         triples = [
             (f"output {o.name!r}", o, got, want)
             for o, got, want in zip(
@@ -1081,51 +1083,55 @@ class Contract(Check):
             want = self._gold_gradients(nan, [u.cpu() for u in upstream], lead)
             triples += [(f"gradient {n!r}", op.input(n), got[n], want[n]) for n in want]
         label = f"a NaN in every other row of {', '.join(names)}"
-        # rows whose index is out of range or whose mask is false: their rules own them
-        owned = ctx.fixed_rows(nan, len(lead))
-        if owned is None:
-            owned = torch.zeros_like(planted)
         before = len(self.problems)
         for what, spec, got, want in triples:
-            self._judge_nan_rows(f"{label}: {what}", spec, got, want, planted, owned)
+            self._judge_nan_rows(f"{label}: {what}", spec, got, want, planted | owned)
         if len(self.problems) == before:
             self.passed.append(f"{label}: NaN where the gold is, the other rows within it")
 
-    def _judge_nan_rows(self, what: str, spec, got, want, planted, owned) -> None:
-        """:meth:`_nan_inputs`' rules on one output or gradient: NaN where the gold is (but
-        in the rows ``owned`` by a contract rule, whose value holds there), the rows with
-        no NaN and no such rule within the contract tolerance."""
+    def _judge_nan_rows(self, what: str, spec, got, want, unjudged) -> None:
+        """:meth:`_nan_inputs`' rules on one output or gradient: NaN where the gold is, the
+        rows not ``unjudged`` (with a NaN, or fixed by a rule) within the contract
+        tolerance (the elements left out count as exact, so an index is the tensor's)."""
         g, w = got.detach().cpu(), want.detach().cpu().double()
         if g.numel() != w.numel():
             return  # the shape probes report those
         w = w.reshape(g.shape)
-        row_wise = self.ctx.op.is_row_wise(spec) and g.dim() and g.shape[0] == planted.shape[0]
-        ruled = process_inputs.row_elements(w, owned) if row_wise else torch.zeros_like(w).bool()
-        hidden = process_inputs.hidden_nans(g, w, ~ruled)
+        hidden = process_inputs.hidden_nans(g, w)
         if hidden is not None:
             self.problems.append(f"{what}: {hidden}")
+        self._close_to_gold(f"{what} (rows without a NaN)", spec, g, w, unjudged)
+
+    def _close_to_gold(self, what: str, spec, got, want, unjudged) -> None:
+        """``got`` within the contract tolerance of its gold ``want`` (shaped alike) at
+        its finite elements, but in the rows ``unjudged`` of a row-wise one (the elements
+        left out count as exact, so an index named is the tensor's)."""
         judgment = "backward_accuracy" if spec in self.ctx.op.inputs else "forward_accuracy"
         tol = self.ctx.tolerance(judgment, spec.name)
-        clean = torch.isfinite(w)
-        if row_wise:
-            clean &= ~process_inputs.row_elements(w, planted | owned)
-        self._close(f"{what} (rows without a NaN)", "the gold's", tol, g[clean], w[clean])
+        clean = torch.isfinite(want)
+        if self.ctx.op.is_row_wise(spec) and got.dim() and got.shape[0] == unjudged.shape[0]:
+            clean &= ~process_inputs.row_elements(want, unjudged)
+        zero = torch.zeros((), dtype=torch.float64)
+        g, w = torch.where(clean, got.double(), zero), torch.where(clean, want, zero)
+        self._close(what, "the gold's", tol, g, w)
 
     def _under_default_dtype(self, trial: Trial) -> None:
         """The calls (forward; forward and backward) in a process whose default dtype is
-        bf16 (DeepSeek-V3's inference script sets it globally): outputs and gradients
-        within twice the contract tolerance of the same calls' under float32, or a loud
-        refusal. A kernel that makes its accumulator with ``torch.zeros(rows)`` takes the
-        process's default dtype: its fp32 sum of squares runs in bf16."""
+        bf16 (DeepSeek-V3's inference script sets it globally), on one row fewer than the
+        other probes' (no kernel they left cached): outputs and gradients of the dtypes
+        the contract names and within its tolerance of the gold, or a loud refusal. A
+        kernel that makes its accumulator with ``torch.zeros(rows)`` takes the process's
+        default dtype: its fp32 sum of squares runs in bf16."""
         ctx, op = self.ctx, self.ctx.op
         head, lead = self._head(trial)
+        if lead[0] > 1:
+            lead = (lead[0] - 1,)
+            head = {k: v[: lead[0]] if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
         upstream = ctx.upstream(trial.seed, lead) if ctx.grad else []
 
         def calls() -> list[tuple[str, str, torch.Tensor]]:
-            found = [
-                (f"output {o.name!r}", o.name, c)
-                for o, c in zip(op.outputs, ctx.call(ctx.to_device(head)))
-            ]
+            outs = ctx.call(ctx.to_device(head))
+            found = [(f"output {o.name!r}", o.name, c) for o, c in zip(op.outputs, outs)]
             if ctx.grad:
                 outs, grads = ctx.call_backward(ctx.to_device(head), upstream)
                 found += [
@@ -1139,11 +1145,23 @@ class Contract(Check):
             got = self._unless_refused(label, calls)
         if got is None:
             return
+        want = dict(zip((o.name for o in op.outputs), gold.forward(op, ctx.gold_fn, head, lead)))
+        if ctx.grad:
+            want.update(self._gold_gradients(head, [u.cpu() for u in upstream], lead))
+        specs = {o.name: (o, ctx.expected_dtype(i)) for i, o in enumerate(op.outputs)}
+        specs.update({n: (op.input(n), head[n].dtype) for n in op.grad_inputs})
+        owned = ctx.fixed_rows(head, len(lead))  # rows a rule fixes: its own probes judge them
+        owned = torch.zeros(lead[0], dtype=torch.bool) if owned is None else owned
         before = len(self.problems)
-        for (what, name, g), (_, _, w) in zip(got, calls()):
-            judgment = "backward_accuracy" if what.startswith("gradient") else "forward_accuracy"
-            tol = ctx.tolerance(judgment, name)
-            self._close(f"{label}: {what}", "the calls' under float32", tol, g, w, scale=2.0)
+        for what, name, g in got:
+            spec, dtype = specs[name]
+            if g.dtype != dtype or g.numel() != want[name].numel():
+                found = f"dtype {g.dtype}, {g.numel()} elements"
+                expected = f"{dtype}, {want[name].numel()}"
+                self.problems.append(f"{label}: {what}: {found}, expected {expected}")
+                continue
+            w = want[name].detach().cpu().double().reshape(g.shape)
+            self._close_to_gold(f"{label}: {what}", spec, g.detach().cpu(), w, owned)
         if len(self.problems) == before:
             self.passed.append(label)
 

@@ -15,28 +15,33 @@ from kernelcheck.checks.rows import flat_rows
 NAN_COLUMN_STEP = 7  # a planted row's NaN moves 7 columns a row: not always its first
 
 
-def with_nans(head: dict[str, torch.Tensor], names: list[str]) -> tuple[dict, torch.Tensor]:
-    """``head`` (rows first) with one NaN in every other row (0, 2, ...) of each input of
-    ``names``, and the mask of those rows. Copies: ``head`` is left as it was."""
-    n = next(iter(head[k] for k in names)).shape[0]
-    planted = torch.zeros(n, dtype=torch.bool)
-    planted[::2] = True
+def with_nans(
+    head: dict[str, torch.Tensor], names: list[str], rows: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """``head`` (rows first) with one NaN in each of the rows ``rows`` (a bool mask) of
+    each input of ``names``. Copies: ``head`` is left as it was."""
     out = dict(head)
     for k in names:
         t = head[k].clone()
-        flat = flat_rows(t, 1).reshape(n, -1)
-        for r in range(0, n, 2):
+        flat = flat_rows(t, 1).reshape(t.shape[0], -1)
+        for r in rows.nonzero().flatten().tolist():
             flat[r, (r * NAN_COLUMN_STEP + 1) % flat.shape[1]] = float("nan")
         out[k] = t
-    return out, planted
+    return out
 
 
-def hidden_nans(got: torch.Tensor, want: torch.Tensor, judged: torch.Tensor) -> str | None:
-    """Where the float64 gold is NaN (among the elements ``judged``) the candidate's
-    element must not be finite (NaN or Inf: a value that says the result is lost); the
-    first finite one, worded, or None."""
+def every_other(free: torch.Tensor) -> torch.Tensor:
+    """Every other row of those ``free`` selects (the first, the third, ...)."""
+    picked = torch.zeros_like(free)
+    picked[free.nonzero().flatten()[::2]] = True
+    return picked
+
+
+def hidden_nans(got: torch.Tensor, want: torch.Tensor) -> str | None:
+    """Where the float64 gold is NaN the candidate's element must not be finite (NaN or
+    Inf: a value that says the result is lost); the first finite one, worded, or None."""
     g, w = got.detach().cpu().reshape(-1), want.detach().cpu().reshape(-1)
-    nan = torch.isnan(w) & judged.reshape(-1)
+    nan = torch.isnan(w)
     hidden = nan & torch.isfinite(g)
     if not bool(hidden.any()):
         return None

@@ -68,8 +68,9 @@ class RowSelection:
 
 
 def row_selection(parts: list[str], only: tuple[str, ...]) -> RowSelection | None:
-    """The rows of ``parts``' distributions in ``only`` (None: every row is judged)."""
+    """The rows of ``parts``' distributions in ``only`` (None: every row is judged). An
+    ``only`` naming none of ``parts`` judges every row: never a check that judges none."""
     kept = tuple(k for k, p in enumerate(parts) if p in only)
-    if not only or len(kept) == len(parts):
+    if not kept or len(kept) == len(parts):
         return None
     return RowSelection(len(parts), kept)

@@ -301,7 +301,7 @@ class ShapeSweep(Check):
     def observe(self, trial: Trial) -> None:
         # every distribution of the case and edges, one row each (a mixed trial deals
         # them in turn)
-        dist = MIX.join(dict.fromkeys((*self.ctx.case.distributions, SWEEP_DISTRIBUTION)))
+        dist = MIX.join(dict.fromkeys((*self._own_distributions(), SWEEP_DISTRIBUTION)))
         rows = max(3, len(parts_of(dist)))
         full = not self.ctx.op.off_grid(self.ctx.case.attributes)  # an attribute sweep: edges
         for label, sizes in sweep_shapes(self.ctx.op, rows, full, self._wider_than(full)):
@@ -311,7 +311,12 @@ class ShapeSweep(Check):
             self.shapes += 1
             self._judge(trial.seed, dist, label, sizes, full and is_hot(label))
         if self.failed is None and swept_dims(self.ctx.op) and self._far_rows_here(full):
-            self._judge_far_rows(trial.seed, MIX.join(self.ctx.case.distributions))
+            self._judge_far_rows(trial.seed, MIX.join(self._own_distributions()))
+
+    def _own_distributions(self) -> list[str]:
+        """The case's distributions, each mixed one in its parts (a repro's
+        ``--distributions normal+large`` is one name of two parts)."""
+        return [p for d in self.ctx.case.distributions for p in parts_of(d)]
 
     def _far_rows_here(self, full: bool) -> bool:
         """Whether this case judges the far-rows lead: at the grid's attributes, and in the
@@ -385,7 +390,7 @@ class ShapeSweep(Check):
         if cls.name == BackwardPrecision.name:
             params["floor_ulp"] = self.params["precision_floor_ulp"]
         if cls.name not in PRECISION_JUDGES:  # the contract: the case's own rows
-            params["only"] = tuple(self.ctx.case.distributions)
+            params["only"] = tuple(self._own_distributions())
         judge = cls(sub, params)
         judge.observe(at)
         outcome = judge.outcome()

@@ -807,6 +807,8 @@ def _parse_checks(table: dict, path: Path) -> dict[str, CheckConfig]:
                     path, f"{key}.{p}", _unknown("parameter", p, [*defaults, "enabled"])
                 )
             want = type(defaults[p])
+            if want is tuple and isinstance(v, list):  # a TOML array: a list of names
+                v = params[p] = tuple(v)
             ok = isinstance(v, want) or (want is float and isinstance(v, int))
             if not ok or isinstance(v, bool) != isinstance(defaults[p], bool):
                 raise SpecError(path, f"{key}.{p}", f"expected {want.__name__}, got {_tname(v)}")

@@ -110,6 +110,21 @@ def test_a_kernel_wrong_only_on_a_tail_fails_and_its_shape_reruns(catalog, bug, 
     assert again.status == "fail", again.message
 
 
+def test_a_sweep_failure_reruns_from_its_repros_mixed_distribution(catalog):
+    """The repro passes the case's distributions as one mixed name (``--distributions
+    normal+large+...``): the sweep judges the same rows from it and fails again (its
+    accuracy judges once took the mixed name for a distribution of no row: they judged
+    none, and the repro passed)."""
+    cat = with_candidate(catalog, "bug", "scale_bugs:vector_tail_of_one")
+    res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
+    assert res.status == "fail" and res.metrics["failing_check"] == "forward_accuracy"
+    again = run_small(cat, "bug", ["shape_sweep"], seeds=[0], distributions=[res.distribution])[
+        "shape_sweep"
+    ]
+    assert again.status == "fail", again.message
+    assert again.message == res.message
+
+
 def test_a_shape_specialised_after_16_calls_fails_on_its_hot_call(catalog):
     """A kernel cache that swaps in a specialised kernel with a broken tail after 16 calls
     of a shape: each shape's first call is exact, its 33rd is judged too."""

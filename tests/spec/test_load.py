@@ -605,3 +605,14 @@ def test_a_spec_without_gold_says_what_a_spec_holds(tmp_path):
 def test_a_directory_is_no_spec_file(tmp_path):
     with pytest.raises(SpecError, match="is a directory, not a spec; give a .toml file"):
         load_catalog([tmp_path])
+
+
+def test_a_list_parameter_is_read_as_the_tuple_its_check_takes(tmp_path):
+    """``only = ["normal", "lm"]`` (a TOML array) sets a check parameter whose default is
+    a tuple; a list where a number is wanted is still refused."""
+    only = '[checks.forward_accuracy]\nonly = ["normal", "lm"]\n'
+    op = load_catalog([write(tmp_path, LOGP_HEAD + only)], builtin=False).op("mini")
+    assert op.check_params("forward_accuracy") == {"only": ("normal", "lm")}
+    ratio = write(tmp_path, LOGP_HEAD + "[checks.forward_precision]\nratio = [2]\n")
+    with pytest.raises(SpecError, match="checks.forward_precision.ratio"):
+        load_catalog([ratio], builtin=False)
