@@ -392,16 +392,17 @@ class CaseContext:
         idx = idx.reshape(idx.shape[0], -1)
         return ((idx < 0) | (idx >= self.sizes[spec.index_of])).any(dim=1)
 
-    def fixed_rows(self, inputs: dict, nlead: int) -> torch.Tensor | None:
+    def fixed_rows(self, inputs: dict, nlead: int) -> torch.Tensor:
         """Per row of ``inputs`` (as :meth:`out_of_range_rows`), whether a contract rule
-        fixes its outputs and gradient: an index out of range, a mask false there (None:
-        no such rule applies)."""
+        fixes its outputs and gradient: an index out of range, a mask false there."""
+        rows = math.prod(next(iter(inputs.values())).shape[:nlead])
         found = self.out_of_range_rows(inputs, nlead)
+        if found is None:
+            found = torch.zeros(rows, dtype=torch.bool)
         rule = self.op.masked
         if rule is not None and rule.mask in inputs:
             mask = flat_rows(inputs[rule.mask], nlead)
-            off = ~mask.reshape(mask.shape[0], -1).bool().all(dim=1)
-            found = off if found is None else found | off
+            found = found | ~mask.reshape(mask.shape[0], -1).bool().all(dim=1)
         return found
 
     def trial_key(self, seed: int, dist: str) -> str:

@@ -1066,7 +1066,6 @@ class Contract(Check):
         head, lead = self._head(trial)
         names = self._drawn_float_rows(head)
         owned = ctx.fixed_rows(head, len(lead))  # rows a rule fixes: their rule's value
-        owned = torch.zeros(lead[0], dtype=torch.bool) if owned is None else owned
         planted = process_inputs.every_other(~owned)
         if not names or not bool(planted.any()):
             return
@@ -1151,7 +1150,6 @@ class Contract(Check):
         specs = {o.name: (o, ctx.expected_dtype(i)) for i, o in enumerate(op.outputs)}
         specs.update({n: (op.input(n), head[n].dtype) for n in op.grad_inputs})
         owned = ctx.fixed_rows(head, len(lead))  # rows a rule fixes: its own probes judge them
-        owned = torch.zeros(lead[0], dtype=torch.bool) if owned is None else owned
         before = len(self.problems)
         for what, name, g in got:
             spec, dtype = specs[name]

@@ -74,29 +74,17 @@ def test_a_16_bit_rounding_flip_is_no_finding(catalog):
         assert [r.status for r in report.results] == ["pass"], report.results[0].message
 
 
-def test_a_kl_clamped_at_10_fails_on_drifted_rows_only(catalog):
-    """verl's low_var_kl clamps the KL at 10: exact on a reference 0.5 nats from the
-    policy (kl ~ 0.1), wrong on `drifted` rows (kl 2 to 30); the honest one passes both."""
+@pytest.mark.parametrize("bug", ["low-var-kl", "reference-shifted-by-policy-max"])
+def test_a_kl_bug_of_far_references_fails_on_drifted_rows_only(catalog, bug):
+    """Exact on a reference 0.5 nats from the policy (kl ~ 0.1), wrong on `drifted` rows
+    (kl 2 to 30, the reference 90 to 120 nats above or below the policy's row): verl's
+    low_var_kl clamps the KL at 10; a round-13 red team's fused kernel shifts both rows
+    by the policy's max, where exp(ref - policy max) overflows or underflows. The honest
+    one passes both."""
     planted = api.load_catalog([FIXTURES / "planted_ratio_kl.toml"])
     for dist, cand, want in (
-        ("normal", "low-var-kl", "pass"),
-        ("drifted", "low-var-kl", "fail"),
-        ("drifted", "torch", "pass"),
-    ):
-        res = run_one(planted, "ratio_kl", cand, "forward_accuracy", "fp32", SMALL,
-                      distributions=[dist])  # fmt: skip
-        assert res.status == want, (dist, cand, res.message)
-    assert "kl" in res.message or want == "pass"
-
-
-def test_a_reference_shifted_by_the_policys_max_fails_on_drifted_rows(catalog):
-    """One max pass for both rows (a round-13 red team's fused kernel): exact while the
-    reference shares the policy's row offset; `drifted` rows sit 90 to 120 nats above or
-    below it, where exp(ref - policy max) overflows or underflows. The honest one passes."""
-    planted = api.load_catalog([FIXTURES / "planted_ratio_kl.toml"])
-    for dist, cand, want in (
-        ("normal", "reference-shifted-by-policy-max", "pass"),
-        ("drifted", "reference-shifted-by-policy-max", "fail"),
+        ("normal", bug, "pass"),
+        ("drifted", bug, "fail"),
         ("drifted", "torch", "pass"),
     ):
         res = run_one(planted, "ratio_kl", cand, "forward_accuracy", "fp32", SMALL,
