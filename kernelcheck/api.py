@@ -25,7 +25,7 @@ from kernelcheck.cases.grid import (
 from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
 from kernelcheck.checks import CHECKS, Outcome
 from kernelcheck.checks.far_rows import far_rows_unjudged
-from kernelcheck.checks.shape_sweep import LONG_ROWS
+from kernelcheck.checks.shape_sweep import LONG_ROWS, huge_rows_shape, narrowest_dtype
 from kernelcheck.compare import op_spec_digest, plan_digest
 from kernelcheck.errors import Interrupted, SpecError, UsageError
 from kernelcheck.fresh_memory import poisoned_allocations
@@ -275,6 +275,7 @@ def _not_planned(spec: OpSpec, dts, checks, runnable, sweeps: bool, shapes) -> d
         **_in_range_gaps(spec, runnable),
         **_sweep_gaps(spec, dts, checks, sweeps, shapes),
         **_far_rows_gap(spec, checks),
+        **_huge_rows_gap(spec, dts, checks),
     }
 
 
@@ -319,6 +320,29 @@ def _far_rows_gap(spec: OpSpec, checks) -> dict[str, str]:
     (:func:`far_rows_unjudged`), for the summary's list of what was not checked."""
     why = far_rows_unjudged(spec) if "shape_sweep" in checks else None
     return {f"shape_sweep's {LONG_ROWS}-row lead at its widest row": why} if why else {}
+
+
+def _huge_rows_gap(spec: OpSpec, dts: list[str], checks) -> dict[str, str]:
+    """``shape_sweep``'s huge lead (past 2^31 elements), judged at the grid's narrowest
+    dtype alone, where the op has one (:func:`huge_rows_shape`), for the summary's list of
+    what was not checked."""
+    if "shape_sweep" not in checks:
+        return {}
+    what = "shape_sweep's rows past 2^31 elements"
+    shape = huge_rows_shape(spec)
+    why = far_rows_unjudged(spec) or (None if shape else "no row-wise float input is wide enough")
+    if why:
+        return {what: why}
+    at = dtypes.canonical(narrowest_dtype(spec)) or narrowest_dtype(spec)
+    others = [d for d in dts if d != at]
+    gaps = {f"{what} (2^32 and past)": "judged past 2^31 elements only (a signed 32-bit offset)"}
+    if at not in dts:
+        gaps[what] = f"judged at {at} alone (the grid's narrowest dtype), not in the plan"
+    elif others:
+        gaps[f"{what} at {', '.join(others)}"] = (
+            f"judged once per candidate at {at}, the grid's narrowest dtype: 4 GiB of input"
+        )
+    return gaps
 
 
 def _sweep_gaps(spec: OpSpec, dts, checks, sweeps: bool, shapes: list) -> dict[str, str]:

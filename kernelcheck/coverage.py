@@ -113,6 +113,16 @@ def skipped(results: Sequence[CheckResult]) -> list[NotChecked]:
     return [NotChecked(_describe(group, results), reason) for reason, group in groups.items()]
 
 
+def unjudged(results: Sequence[CheckResult]) -> list[NotChecked]:
+    """The parts a check that ran could not judge (``metrics["not_judged"]``: [part, why]
+    pairs, a call past its memory budget), named with the check, candidate and dtype."""
+    found = []
+    for r in results:
+        for part, why in (r.metrics or {}).get("not_judged", ()):
+            found.append(NotChecked(f"{r.check}'s {part} for {r.candidate} at {r.dtype}", why))
+    return found
+
+
 def unavailable(candidates: dict[str, str]) -> list[NotChecked]:
     """The candidates that cannot run here, one line per distinct reason."""
     by_reason: dict[str, list[str]] = defaultdict(list)
@@ -129,7 +139,7 @@ def not_checked(
     unavailable_candidates: dict[str, str],
     not_planned: dict[str, str],
 ) -> list[NotChecked]:
-    """Everything a run left out: skipped checks, what the plan left out (``what: why``),
-    unavailable candidates."""
+    """Everything a run left out: skipped checks, parts of checks that could not judge,
+    what the plan left out (``what: why``), unavailable candidates."""
     planned = [NotChecked(f"{what} not checked", why) for what, why in not_planned.items()]
-    return skipped(results) + planned + unavailable(unavailable_candidates)
+    return skipped(results) + unjudged(results) + planned + unavailable(unavailable_candidates)

@@ -89,6 +89,30 @@ def run_one(catalog, op: str, candidate: str, check: str, dtype: str, shape: dic
     return res
 
 
+def failed_sweep_reproduces(spec: str, candidate: str, tmp_path) -> dict:
+    """Run a planted spec's candidate through the CLI's bf16 ``shape_sweep`` (it must fail
+    once), rerun the report's repro (it must fail again); the failed result."""
+    import json
+    import subprocess
+    import sys
+
+    report = tmp_path / "run.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "kernelcheck", "run", "--op", "logp",
+         "--spec", str(FIXTURES / spec), "--candidate", candidate,
+         "--dtype", "bf16", "--checks", "shape_sweep", "--no-sweep", "--json-out", str(report)],
+        capture_output=True, text=True, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout + run.stderr
+    script = REPO_ROOT / "scripts" / "check_repros.py"
+    again = subprocess.run(
+        [sys.executable, str(script), str(report)], capture_output=True, text=True
+    )
+    assert again.returncode == 0 and again.stdout.startswith("reproduces:"), again.stdout
+    (failed,) = [r for r in json.loads(report.read_text())["results"] if r["status"] == "fail"]
+    return failed
+
+
 def with_grid_shapes(catalog, op_name: str, shapes) -> object:
     """The catalog with ``op_name``'s grid holding ``shapes`` instead of the spec's."""
     from dataclasses import replace

@@ -1,4 +1,5 @@
-"""Freed heap memory goes back before a GB-sized call (kernelcheck/memory.py)."""
+"""Freed heap memory goes back before a GB-sized call; an address-space budget makes an
+allocation past it raise (kernelcheck/memory.py)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,27 @@ def test_release_free_heap_returns_freed_chunks():
     ok, before, after = out[0] == "True", int(out[1]), int(out[2])
     assert ok
     assert before - after > 60_000, (before, after)  # most of the 120 MB went back
+
+
+# in a process of its own: the limit is the whole process's while it holds
+_LIMIT_SCRIPT = """
+import resource, torch
+from kernelcheck.memory import address_space_limit
+before = resource.getrlimit(resource.RLIMIT_AS)
+with address_space_limit(256 << 20) as limited:
+    small = torch.empty(1 << 20)  # 4 MB: within
+    try:
+        torch.empty(1 << 30)  # 4 GiB: past it
+        refused = "no"
+    except RuntimeError as exc:
+        refused = "can't allocate memory" in str(exc)
+back = resource.getrlimit(resource.RLIMIT_AS) == before
+print(limited, refused, back, torch.empty(1 << 28).numel())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+def test_an_allocation_past_the_address_space_budget_raises_and_the_limit_comes_back():
+    run = subprocess.run([sys.executable, "-c", _LIMIT_SCRIPT], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["True", "True", "True", str(1 << 28)], run.stdout

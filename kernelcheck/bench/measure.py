@@ -44,6 +44,7 @@ from kernelcheck import candidates, dtypes
 from kernelcheck.candidates import devices
 from kernelcheck.cases.inputs import make_inputs
 from kernelcheck.errors import UsageError
+from kernelcheck.memory import available_memory_bytes
 from kernelcheck.runner.case import with_attributes
 from kernelcheck.spec.load import Catalog
 from kernelcheck.spec.model import OpSpec
@@ -183,7 +184,7 @@ def peak_bandwidth(device: str) -> tuple[float | None, str]:
 @lru_cache(maxsize=1)
 def _cpu_peak() -> tuple[float | None, str]:
     """Measured once per run; the source says the spread of its runs."""
-    avail = _available_memory()
+    avail = available_memory_bytes()
     nbytes = 512 * MIB if avail is None else min(512 * MIB, max(64 * MIB, avail // 16))
     try:
         rates = sorted(measure_cpu_read_rates(nbytes))
@@ -208,7 +209,7 @@ def measure_cpu_read_bandwidth(
     The best of ``runs`` of each is kept: interference only ever slows a run down.
     """
     if nbytes is None:
-        avail = _available_memory()
+        avail = available_memory_bytes()
         nbytes = 512 * MIB if avail is None else min(512 * MIB, max(min_bytes, avail // 16))
     rates = measure_cpu_read_rates(nbytes, runs)
     return max(rates), _LAST_BYTES[0]
@@ -232,20 +233,6 @@ def measure_cpu_read_rates(nbytes: int, runs: int = 5) -> list[float]:
                 rates.append(numel * 4 / max(1e-9, (time.perf_counter_ns() - t0) * 1e-9))
     del buf
     return rates
-
-
-def _available_memory() -> int | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 def _cpu_last_level_cache() -> int:
@@ -370,7 +357,7 @@ def _pool_size(set_bytes: int, device: str, pool_max: int) -> int:
         except Exception:
             free = None
     else:
-        free = _available_memory()
+        free = available_memory_bytes()
     if free is None or set_bytes <= 0:
         return pool_max
     return max(1, min(pool_max, int(free // 4 // set_bytes)))

@@ -41,6 +41,12 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   and last rows only, each against the gold of that row alone (``checks/far_rows.py``).
   Also in the op's big-batch case at the grid's first dtype (the swept attributes at
   their first values): a path for the rows past 65,535 blocks may forget an attribute.
+- one lead past 2^31 elements (``huge_rows_shape``: logp 14,234 rows at 151,552), once per
+  candidate, in the grid's narrowest dtype's case (``narrowest_dtype``: bf16): a flat
+  element offset kept in a signed 32-bit int wraps there. Judged as the far-rows lead,
+  but mirrored in virtual memory (``cases/mirrored.py``: 4 GiB read, a few hundred rows
+  held); a call past its memory budget (a third of the memory available) is retried
+  forward only, then left unjudged, and the result's ``not_judged`` says so.
 
 Each shape is judged like ``forward_accuracy`` and ``backward_accuracy`` (the same
 contract tolerance, against the float64 gold), then like ``forward_precision`` and
@@ -76,13 +82,15 @@ from __future__ import annotations
 
 import math
 
+from kernelcheck import dtypes
 from kernelcheck.cases.grid import lead_sizes, swept_widths
 from kernelcheck.cases.inputs import MIX, parts_of
+from kernelcheck.cases.mirrored import mirroring_available
 from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
 from kernelcheck.checks.backward_precision import BackwardPrecision
 from kernelcheck.checks.check import Check
-from kernelcheck.checks.far_rows import far_rows_unjudged, judge_far_rows
-from kernelcheck.checks.outcome import Outcome
+from kernelcheck.checks.far_rows import JUDGED, far_rows_unjudged, judge_far_rows
+from kernelcheck.checks.outcome import CandidateFault, Outcome
 from kernelcheck.checks.precision import ForwardPrecision
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import OpSpec
@@ -107,6 +115,13 @@ OTHER_INNER = 16  # the inner dims not swept, at most
 # next power of two is 4,096 (one row a block where a block takes 4,096 // next_pow2);
 # 4,096 itself would cost 1.6x (entropy's honest bf16 call: 25 s, 8 GB at 4,096)
 FAR_INNER = 2560
+# the huge lead: past 2^31 elements in its widest row-wise input, where a flat element
+# offset kept in a 32-bit int wraps; its widest inner dim at Qwen3's vocabulary (151,936)
+# rounded down to whole 4 KiB pages of 16-bit rows (2,048 elements), so the batch can be
+# mirrored in virtual memory (cases/mirrored.py)
+HUGE_ELEMENTS = 1 << 31
+HUGE_INNER = 151_552
+PAGE_ELEMENTS = 2048
 HOT_CALLS = 32  # calls of each hot shape before its forward is judged again
 WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept size
 WIDE_ELEMENTS = 1 << 22  # a wide batch's elements, its rows within WIDE_ROWS
@@ -221,6 +236,38 @@ def far_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]]:
     return f"{LONG_ROWS} rows at {widest}={size}", sizes
 
 
+def huge_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]] | None:
+    """(label, sizes) of the huge lead: the widest inner dim of the row-wise float inputs
+    at HUGE_INNER (within its ``sweep_max``, a multiple of PAGE_ELEMENTS), the others as
+    in the far-rows lead, and enough rows past JUDGED that the last JUDGED rows of the
+    widest row-wise input start past HUGE_ELEMENTS elements; None where no row-wise float
+    input has an inner dim, or its ``sweep_max`` is below PAGE_ELEMENTS."""
+    rowwise = [i for i in op.inputs if op.is_row_wise(i) and i.dtype in ("case", "float32")]
+    dims = {d for i in rowwise for d in i.shape[len(op.lead) :] if d in op.dims}
+    if not op.lead or not dims:
+        return None
+    inner = {d: op.dims[d].default for d in swept_dims(op)}
+    widest = max(sorted(dims), key=lambda d: inner.get(d, 0))
+    size = min(HUGE_INNER, op.dims[widest].sweep_max or HUGE_INNER)
+    size -= size % PAGE_ELEMENTS
+    if size < PAGE_ELEMENTS:
+        return None
+    sizes = {**_other_inner(inner, widest), widest: size}
+    per_row = max(math.prod(sizes.get(d, 1) for d in i.shape[len(op.lead) :]) for i in rowwise)
+    rows = -(-HUGE_ELEMENTS // per_row) + JUDGED
+    return f"{rows} rows at {widest}={size} (past 2^31 elements)", {
+        **lead_sizes(op, rows),
+        **sizes,
+    }
+
+
+def narrowest_dtype(op: OpSpec) -> str | None:
+    """The first of the grid's dtypes of the fewest bytes (bf16 of fp32, bf16, fp16): the
+    huge lead's, 4 GiB of a row-wise input where fp32 would take 8."""
+    sizes = {d: dtypes.torch_dtype(d).itemsize for d in op.grid.dtypes}
+    return min(op.grid.dtypes, key=sizes.get) if sizes else None
+
+
 def _other_inner(inner: dict[str, int], dim: str) -> dict[str, int]:
     """The inner dims other than the swept ``dim``, each at most OTHER_INNER."""
     return {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
@@ -284,6 +331,7 @@ class ShapeSweep(Check):
         self.failed: tuple[str, dict, Outcome, str] | None = None
         self.worst: dict[str, float] = {}
         self.margins: dict[str, float] = {}  # the precision judges' largest error / limit
+        self.unjudged: list[list[str]] = []  # [shape, why] of each left unjudged
         self._classes: list[type[Check]] | None = None
 
     def skip_reason(self) -> str | None:
@@ -312,6 +360,8 @@ class ShapeSweep(Check):
             self._judge(trial.seed, dist, label, sizes, full and is_hot(label))
         if self.failed is None and swept_dims(self.ctx.op) and self._far_rows_here(full):
             self._judge_far_rows(trial.seed, MIX.join(self._own_distributions()))
+        if self.failed is None and full and self.ctx.case.dtype == narrowest_dtype(self.ctx.op):
+            self._judge_huge_rows(trial.seed, MIX.join(self._own_distributions()))
 
     def _own_distributions(self) -> list[str]:
         """The case's distributions, each mixed one in its parts (a repro's
@@ -323,6 +373,38 @@ class ShapeSweep(Check):
         big-batch case's first dtype (the swept values together: a grid-stride path past
         65,535 blocks may forget an attribute, as a narrower one does not)."""
         return full or (self.ctx.at_first_dtype() and self.ctx.is_big_batch_case())
+
+    def _judge_huge_rows(self, seed: int, dist: str) -> None:
+        """The huge lead (:func:`huge_rows_shape`), mirrored, judged at its first and last
+        rows: with grad where the backward is judged (its outputs too), else, or where
+        that call runs out of its memory budget, forward only; unjudged where that does
+        too, and the result says so."""
+        shape = huge_rows_shape(self.ctx.op)
+        if shape is None or far_rows_unjudged(self.ctx.op) is not None:
+            return  # the plan lists it as not checked
+        label, sizes = shape
+        if mirroring_available() is not None:
+            self.unjudged.append([label, str(mirroring_available())])
+            return
+        self.progress(label)
+        self.shapes += 1
+        classes = self._judge_classes()
+        tries = [(False, True)] if BackwardAccuracy in classes else []
+        tries += [(True, False)] if ForwardAccuracy in classes else []
+        for forward, backward in tries:
+            try:
+                found = judge_far_rows(
+                    self.ctx, seed, dist, sizes, forward, backward, mirrored=True
+                )
+            except CandidateFault as exc:
+                if not exc.out_of_memory:
+                    raise
+                what = f"{label}, {'with grad' if backward else 'forward'}"
+                self.unjudged.append([what, f"past its memory budget: {str(exc)[:200]}"])
+                continue
+            if found is not None:
+                self.failed = (label, sizes, found[1], found[0])
+            return
 
     def _wider_than(self, full: bool) -> dict[str, int] | None:
         """An attribute sweep's widths judged elsewhere, at a dtype other than the grid's
@@ -409,10 +491,18 @@ class ShapeSweep(Check):
         metrics = {"shapes": self.shapes, **{f"{k}_max_abs": v for k, v in self.worst.items()}}
         metrics.update({f"{k}_margin": v for k, v in self.margins.items()})
         tol = {"mode": "contract tolerance"}
+        if self.unjudged:  # the run's list of what was not checked names them
+            metrics["not_judged"] = self.unjudged
         if self.failed is None:
             return Outcome("pass", "", metrics, tol)
         label, sizes, found, judge = self.failed
-        message = f"at {label} ({shape_flag(sizes)}), {judge}: {found.message}"
+        huge = huge_rows_shape(self.ctx.op)
+        where = (  # an ordinary case of the huge lead would take a float64 gold of 2^31 elements
+            f"its first and last {JUDGED} rows; the repro reruns it"
+            if huge is not None and sizes == huge[1]
+            else shape_flag(sizes)
+        )
+        message = f"at {label} ({where}), {judge}: {found.message}"
         metrics["failing_shape"] = dict(sizes)
         metrics["failing_check"] = judge
         for key in ("max_abs", "n_nonfinite", "ratio", "rel_l1"):  # the failing shape's

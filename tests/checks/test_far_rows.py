@@ -4,15 +4,11 @@ blocks of one row leaves the last rows unwritten; every narrower batch passes it
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from kernelcheck.checks.far_rows import FILLERS, JUDGED, judged_positions, row_order
 from kernelcheck.checks.shape_sweep import LONG_ROWS, far_rows_shape
-from tests.conftest import FIXTURES, REPO_ROOT, run_one, with_op_candidate
+from tests.conftest import failed_sweep_reproduces, run_one, with_op_candidate
 from tests.fixtures.grid_cap_bugs import rows_reached
 
 
@@ -62,20 +58,7 @@ def test_a_launch_capped_at_65535_blocks_fails_at_its_last_rows(catalog, op, bug
 def test_the_printed_repro_of_a_far_rows_failure_reproduces(tmp_path):
     """From the command line, as a user spec adds the kernel: the report's repro (the
     case's own flags, ``--checks shape_sweep``) fails again at the far rows."""
-    report = tmp_path / "run.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "kernelcheck", "run", "--op", "logp",
-         "--spec", str(FIXTURES / "planted_grid_cap.toml"), "--candidate", "grid-cap",
-         "--dtype", "bf16", "--checks", "shape_sweep", "--no-sweep", "--json-out", str(report)],
-        capture_output=True, text=True, cwd=REPO_ROOT,
-    )  # fmt: skip
-    assert run.returncode == 1, run.stdout + run.stderr
-    script = REPO_ROOT / "scripts" / "check_repros.py"
-    again = subprocess.run(
-        [sys.executable, str(script), str(report)], capture_output=True, text=True
-    )
-    assert again.returncode == 0 and again.stdout.startswith("reproduces:"), again.stdout
-    (failed,) = [r for r in json.loads(report.read_text())["results"] if r["status"] == "fail"]
+    failed = failed_sweep_reproduces("planted_grid_cap.toml", "grid-cap", tmp_path)
     assert f"at {LONG_ROWS} rows at vocab=2560" in failed["message"]
 
 

@@ -4,14 +4,20 @@ the shape it names reruns as an ordinary case."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from kernelcheck import api
+from kernelcheck.cases.mirrored import mirroring_available
+from kernelcheck.checks.far_rows import JUDGED
 from kernelcheck.checks.shape_sweep import (
     LONG_ROWS,
     TILED_BASE,
     WIDE_ELEMENTS,
     WIDE_ROWS,
+    huge_rows_shape,
+    narrowest_dtype,
     sweep_shapes,
     sweep_sizes,
     swept_dims,
@@ -335,3 +341,87 @@ def test_the_accuracy_judges_leave_the_edges_row_to_the_precision_rules():
     assert res.status == "pass", res.message
     assert res.metrics["backward_precision_margin"] < 1, res.metrics
     assert "forward_precision_margin" not in res.metrics, res.metrics
+
+
+def _huge_lead_alone(monkeypatch) -> None:
+    """The sweep down to its huge lead: no swept shapes, no far rows (each has its tests)."""
+    from kernelcheck.checks import shape_sweep
+
+    monkeypatch.setattr(shape_sweep, "sweep_shapes", lambda *a, **k: [])
+    monkeypatch.setattr(shape_sweep.ShapeSweep, "_far_rows_here", lambda self, full: False)
+
+
+def test_the_huge_lead_passes_2_31_elements_in_the_grids_narrowest_dtype(catalog):
+    for name, op in catalog.ops.items():
+        label, sizes = huge_rows_shape(op)
+        widest = max((n for n in sizes if n not in op.lead), key=sizes.get)
+        rows = math.prod(sizes[d] for d in op.lead if d in sizes)
+        assert sizes[widest] % 2048 == 0 and (rows - JUDGED) * sizes[widest] >= 1 << 31, name
+        assert label.endswith("(past 2^31 elements)") and narrowest_dtype(op) == "bf16"
+
+
+@pytest.mark.skipif(mirroring_available() is not None, reason="mirrored batches: Linux only")
+def test_a_32_bit_flat_offset_fails_past_2_31_elements(catalog, monkeypatch):
+    """A logp reading its selected logit at ``row * V + t`` in int32: exact below 2^31
+    elements, another logit past it (tests/fixtures/offset_bugs.py)."""
+    from tests.conftest import with_op_candidate
+
+    _huge_lead_alone(monkeypatch)
+    cat = with_op_candidate(
+        catalog, "logp", "bug", "offset_bugs:logp_int32_flat_offsets", backward=False
+    )
+    shape = dict(cat.ops["logp"].grid.shapes[0])
+    res = run_one(cat, "logp", "bug", "shape_sweep", "bf16", shape, seeds=[0])
+    assert res.status == "fail", res.message
+    label, sizes = huge_rows_shape(cat.ops["logp"])
+    assert res.message.startswith(f"at {label} (its first and last {JUDGED} rows; the repro")
+    assert res.metrics["failing_check"] == "forward_accuracy"
+    first_past = -(-(1 << 31) // sizes["vocab"])  # the first row whose offset wraps
+    assert f"first at row {first_past}: " in res.message, res.message
+    # in the grid's other dtypes the sweep leaves it to bf16's case
+    assert run_one(cat, "logp", "bug", "shape_sweep", "fp32", shape, seeds=[0]).status == "pass"
+
+
+@pytest.mark.skipif(mirroring_available() is not None, reason="mirrored batches: Linux only")
+def test_a_call_past_its_memory_budget_leaves_the_huge_lead_unjudged_and_says_so(
+    catalog, monkeypatch
+):
+    """The honest ``torch`` logp with a 1 GiB budget: its with-grad call (a 4 GiB bf16
+    gradient) runs out, so the huge lead is judged forward only, and the run's list of
+    what was not checked names the part it could not judge."""
+    from kernelcheck.checks import far_rows
+
+    _huge_lead_alone(monkeypatch)
+    budget = far_rows.CALL_BUDGET_SHARE << 30  # 1 GiB for the call
+    monkeypatch.setattr(far_rows, "available_memory_bytes", lambda: budget)
+    report = api.run(
+        catalog, "logp", candidate_names=["torch"], dtype_names="bf16", check_names=["shape_sweep"],
+        shape=dict(catalog.ops["logp"].grid.shapes[0]), seeds=[0], isolate=False, sweeps=False,
+    )  # fmt: skip
+    (res,) = report.results
+    assert res.status == "pass", res.message
+    label, _ = huge_rows_shape(catalog.ops["logp"])
+    (gap,) = [n for n in report.not_checked() if label in n.what]
+    assert gap.what == f"shape_sweep's {label}, with grad for torch at bf16"
+    assert gap.reason.startswith("past its memory budget: out of memory"), gap.reason
+
+
+@pytest.mark.skipif(mirroring_available() is not None, reason="mirrored batches: Linux only")
+@pytest.mark.parametrize("candidate", ["cpu", pytest.param("torch", marks=pytest.mark.slow)])
+def test_honest_candidates_pass_the_huge_lead_with_grad(catalog, candidate, monkeypatch):
+    _huge_lead_alone(monkeypatch)
+    shape = dict(catalog.ops["logp"].grid.shapes[0])
+    res = run_one(catalog, "logp", candidate, "shape_sweep", "bf16", shape, seeds=[0])
+    assert res.status == "pass", res.message
+    assert res.metrics["shapes"] == 1 and "not_judged" not in res.metrics
+
+
+@pytest.mark.slow  # two CLI runs of the bf16 sweep
+@pytest.mark.skipif(mirroring_available() is not None, reason="mirrored batches: Linux only")
+def test_the_printed_repro_of_a_huge_lead_failure_reproduces(tmp_path):
+    """From the command line, as a user spec adds the kernel: the default sweep at bf16
+    fails at the rows past 2^31 elements, and the report's repro fails there again."""
+    from tests.conftest import failed_sweep_reproduces
+
+    failed = failed_sweep_reproduces("planted_offsets.toml", "int32-offsets", tmp_path)
+    assert "(past 2^31 elements)" in failed["message"], failed["message"]
