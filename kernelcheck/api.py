@@ -275,7 +275,7 @@ def _not_planned(spec: OpSpec, dts, checks, runnable, sweeps: bool, shapes) -> d
         **_in_range_gaps(spec, runnable),
         **_sweep_gaps(spec, dts, checks, sweeps, shapes),
         **_far_rows_gap(spec, checks),
-        **_huge_rows_gap(spec, dts, checks),
+        **_huge_rows_gap(spec, dts, checks, sweeps),
     }
 
 
@@ -322,10 +322,10 @@ def _far_rows_gap(spec: OpSpec, checks) -> dict[str, str]:
     return {f"shape_sweep's {LONG_ROWS}-row lead at its widest row": why} if why else {}
 
 
-def _huge_rows_gap(spec: OpSpec, dts: list[str], checks) -> dict[str, str]:
+def _huge_rows_gap(spec: OpSpec, dts: list[str], checks, sweeps: bool) -> dict[str, str]:
     """``shape_sweep``'s huge lead (past 2^31 elements), judged at the grid's narrowest
-    dtype alone, where the op has one (:func:`huge_rows_shape`), for the summary's list of
-    what was not checked."""
+    dtype and attributes alone, where the op has one (:func:`huge_rows_shape`), for the
+    summary's list of what was not checked."""
     if "shape_sweep" not in checks:
         return {}
     what = "shape_sweep's rows past 2^31 elements"
@@ -336,6 +336,8 @@ def _huge_rows_gap(spec: OpSpec, dts: list[str], checks) -> dict[str, str]:
     at = dtypes.canonical(narrowest_dtype(spec)) or narrowest_dtype(spec)
     others = [d for d in dts if d != at]
     gaps = {f"{what} (2^32 and past)": "judged past 2^31 elements only (a signed 32-bit offset)"}
+    if sweeps and spec.attribute_sweeps:
+        gaps[f"{what} at the attribute sweeps' values"] = "judged at the grid's attributes"
     if at not in dts:
         gaps[what] = f"judged at {at} alone (the grid's narrowest dtype), not in the plan"
     elif others:

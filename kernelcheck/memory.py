@@ -39,7 +39,16 @@ def release_free_heap() -> bool:
 
 
 def available_memory_bytes() -> int | None:
-    """Memory the system can hand out now (``MemAvailable``), or None where unknown."""
+    """Memory this process can be handed now: the system's (``MemAvailable``), or less
+    where its cgroup (a container's limit) has less room left; None where unknown."""
+    system = _system_available()
+    room = cgroup_room_bytes()
+    if system is None or room is None:
+        return room if system is None else system
+    return min(system, room)
+
+
+def _system_available() -> int | None:
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
@@ -50,6 +59,25 @@ def available_memory_bytes() -> int | None:
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
+        return None
+
+
+def cgroup_room_bytes() -> int | None:
+    """Memory left under this process's cgroup v2 limit (``memory.max`` less
+    ``memory.current``), None where there is no limit or no cgroup v2 to read."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            path = next((ln.split("::", 1)[1].strip() for ln in fh if ln.startswith("0::")), None)
+        if path is None:
+            return None
+        base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+        with open(os.path.join(base, "memory.max")) as fh:
+            limit = fh.read().strip()
+        if limit == "max":
+            return None
+        with open(os.path.join(base, "memory.current")) as fh:
+            return max(0, int(limit) - int(fh.read().strip()))
+    except (OSError, ValueError):
         return None
 
 
@@ -75,8 +103,9 @@ def address_space_limit(extra_bytes: int) -> Iterator[bool]:
         return
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     limit = now + extra_bytes
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
+    for cap in (soft, hard):  # never above a limit already set
+        if cap != resource.RLIM_INFINITY:
+            limit = min(limit, cap)
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     try:
         yield True

@@ -18,6 +18,7 @@ size although the pages behind it are the file's few.
 from __future__ import annotations
 
 import ctypes
+import functools
 import mmap
 import os
 import weakref
@@ -27,16 +28,23 @@ import torch
 from kernelcheck.memory import libc_function
 
 PAGE = mmap.PAGESIZE
+PAGE_ELEMENTS_16 = PAGE // 2  # 16-bit elements in a page: a row of a multiple lines up
 _MAP_FIXED = 0x10
 _MAP_NORESERVE = 0x4000
 
 
+@functools.cache
 def mirroring_available() -> str | None:
-    """Why a mirrored batch cannot be built here (None: it can)."""
+    """Why a mirrored batch cannot be built here (None: it can): a file in memory is made
+    and closed to find out (a sandbox may refuse ``memfd_create``)."""
     if not hasattr(os, "memfd_create"):
         return "no memfd_create (Linux only)"
     if libc_function("mmap") is None or libc_function("munmap") is None:
         return "no mmap in the C library"
+    try:
+        os.close(os.memfd_create("kernelcheck-probe"))
+    except OSError as exc:
+        return f"memfd_create refused: {exc}"
     return None
 
 
@@ -92,11 +100,12 @@ def mirrored_rows(source: torch.Tensor, judged: int, rows: int) -> torch.Tensor:
 
 
 def _map_batch(fd: int, row_bytes: int, judged: int, fillers: int, rows: int) -> int:
-    """Reserve ``rows`` rows of address space and map the file's head rows at its start,
-    its filler block over and over between, its tail rows at its end; the address."""
+    """Reserve ``rows`` rows of address space (inaccessible: it commits no memory) and map
+    the file's head rows at its start, its filler block over and over between, its tail
+    rows at its end, every page of it; the address."""
     mmap_, rw, shared = _mmap(), mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | _MAP_FIXED
     anonymous = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE
-    base = mmap_(None, rows * row_bytes, rw, anonymous, -1, 0)
+    base = mmap_(None, rows * row_bytes, 0, anonymous, -1, 0)  # PROT_NONE
     if base in (None, ctypes.c_void_p(-1).value):
         raise MemoryError(f"cannot reserve {rows * row_bytes} bytes of address space")
 

@@ -77,6 +77,9 @@ class CaseContext:
     # where the candidate was never called (runner/pristine.py), with this case's
     # context built afresh there; its result comes back (None: no such process here)
     in_pristine_process: Callable | None = None
+    # whether the case runs in a process of its own (an isolated worker's fork), where a
+    # process-wide setting (an address-space limit) touches no one else's code
+    own_process: bool = False
     # backward calls of this case that wrote the upstream gradient handed to them (a
     # model may read that tensor again: PyTorch forbids it); ``integrity`` reports them
     upstream_writes: list[str] = field(default_factory=list)

@@ -15,25 +15,23 @@ of the ``FILLERS`` others, so a row read in place of a judged one is another row
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
 from kernelcheck.cases.grid import lead_sizes
 from kernelcheck.cases.inputs import row_distribution
-from kernelcheck.cases.mirrored import mirrored_rows, rows_line_up
 from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.metrics import ErrorStats
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.checks.rows import flat_rows, placed_rows
 from kernelcheck.checks.trial import Trial
 from kernelcheck.gold import gathered
-from kernelcheck.memory import address_space_limit, available_memory_bytes
 from kernelcheck.spec.model import OpSpec
 
 JUDGED = 64  # rows judged at each end of the batch
 FILLERS = 64  # distinct rows whose copies fill the batch between
-CALL_BUDGET_SHARE = 3  # a call on a mirrored batch may take 1/3 of the memory available
 
 
 def row_order(rows: int) -> list[int]:
@@ -68,15 +66,16 @@ def judge_far_rows(
     sizes: dict[str, int],
     forward: bool,
     backward: bool,
-    mirrored: bool = False,
+    place: Callable = placed_rows,
+    guard: Callable[[], AbstractContextManager] = nullcontext,
 ) -> tuple[str, Outcome] | None:
     """Call the candidate on a batch of ``sizes`` (its rows as :func:`row_order` places
     them) and judge its judged rows against the gold of the small draw: the outputs
     (``forward``), then the row-wise gradients and the outputs of that call
     (``backward``). None where every judged element is within tolerance, else (the
-    judgment that failed, its outcome). ``mirrored``: row-wise tensors whose rows are
-    whole pages are built in virtual memory (``cases/mirrored.py``), a batch past 2^31
-    elements in the memory of the small draw."""
+    judgment that failed, its outcome). ``place(rows, order, lead, device)`` builds a
+    row-wise tensor of the batch from the small draw's rows (``huge_rows`` mirrors it);
+    each call runs inside ``guard()``."""
     op, big = ctx.op, ctx.at_sizes(sizes)
     rows = math.prod(big.lead)
     inner = {d: n for d, n in sizes.items() if d not in op.lead}
@@ -85,15 +84,9 @@ def judge_far_rows(
         order, at = row_order(rows), judged_positions(rows)
         source = {k: small.ctx.input_rows(k, v) for k, v in small.cpu_inputs.items()}
 
-        def place(v: torch.Tensor, device) -> torch.Tensor:
-            if mirrored and rows_line_up(tuple(v.shape[1:]), v.dtype):
-                whole = mirrored_rows(v, JUDGED, rows).view(*big.lead, *v.shape[1:])
-                return whole if torch.device(device).type == "cpu" else whole.to(device)
-            return placed_rows(v, order, big.lead, device)
-
         def placed_inputs() -> dict[str, torch.Tensor]:
             return {
-                k: place(v, ctx.device)
+                k: place(v, order, big.lead, ctx.device)
                 if op.is_row_wise(op.input(k))
                 else small.cpu_inputs[k].to(ctx.device, copy=True)
                 for k, v in source.items()
@@ -102,7 +95,7 @@ def judge_far_rows(
         gold = [flat_rows(g, len(small.ctx.lead)) for g in small.gold]
         if forward:
             inputs = placed_inputs()
-            with _call_budget(mirrored, ctx.device):
+            with guard():
                 outs = _judged_rows(big, big.call(inputs), at)
             del inputs
             found = _first_failure(ctx, small, rows, _output_pairs(ctx, "", outs, gold))
@@ -111,8 +104,9 @@ def judge_far_rows(
         if not backward:
             return None
         nlead = len(small.ctx.lead)
-        ups, inputs = [place(flat_rows(u, nlead), "cpu") for u in small.upstream], placed_inputs()
-        with _call_budget(mirrored, ctx.device):
+        ups = [place(flat_rows(u, nlead), order, big.lead, "cpu") for u in small.upstream]
+        inputs = placed_inputs()
+        with guard():
             outs, grads = big.call_backward(inputs, ups)
         pairs = [
             (f"gradient:{n}", ctx.tolerance("backward_accuracy", n), _rows_of(big, grads[n], at), g)
@@ -125,22 +119,12 @@ def judge_far_rows(
         small.release()
 
 
-def _call_budget(mirrored: bool, device) -> AbstractContextManager:
-    """Around a call on a mirrored batch on the CPU: allocations past a third of the
-    memory available now fail (an out-of-memory fault: the rows are not judged) instead
-    of the system killing the process, or a neighbour's: a kernel that upcasts a 4 GiB
-    bf16 batch whole to fp32 needs 8 GiB more, and two cases may run side by side."""
-    if not mirrored or torch.device(device).type != "cpu":
-        return nullcontext()
-    return address_space_limit((available_memory_bytes() or 0) // CALL_BUDGET_SHARE)
-
-
 def _rows_of(big: CaseContext, t: torch.Tensor, at: torch.Tensor) -> torch.Tensor | str:
     """Rows ``at`` of a row-wise result of the batch, or its wrong shape as a message."""
     nlead = len(big.lead)
     if tuple(t.shape[:nlead]) != big.lead:
         return f"shape {tuple(t.shape)}: lead dims are not {big.lead}"
-    return flat_rows(t.detach().cpu(), nlead)[at]
+    return flat_rows(t.detach(), nlead)[at.to(t.device)].cpu()  # the rows alone leave a device
 
 
 def _judged_rows(big: CaseContext, outs: list, at: torch.Tensor) -> list:

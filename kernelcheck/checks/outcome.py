@@ -33,15 +33,28 @@ class Outcome:
     plots: dict = field(default_factory=dict)  # bounded data for the HTML report's plots
 
 
-_OOM_TEXT = ("out of memory", "not enough memory", "failed to allocate", "can't allocate memory")
+_OOM_TEXT = (
+    "out of memory",
+    "not enough memory",
+    "failed to allocate",
+    "can't allocate memory",
+    "cannot allocate memory",  # strerror(ENOMEM)
+    "bad_alloc",  # C++'s std::bad_alloc
+)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether an exception says that an allocation failed (torch's, Python's, C's)."""
+    text = _first_line(exc).lower()
+    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(
+        t in text for t in _OOM_TEXT
+    )
 
 
 def candidate_fault(exc: Exception, what: str) -> CandidateFault:
     """A candidate's exception as a fault; running out of memory is named as such."""
     text = _first_line(exc)
-    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(
-        t in text.lower() for t in _OOM_TEXT
-    ):
+    if is_out_of_memory(exc):
         fault = CandidateFault(f"out of memory: {type(exc).__name__}: {text}")
         fault.out_of_memory = True
         return fault

@@ -85,11 +85,16 @@ import math
 from kernelcheck import dtypes
 from kernelcheck.cases.grid import lead_sizes, swept_widths
 from kernelcheck.cases.inputs import MIX, parts_of
-from kernelcheck.cases.mirrored import mirroring_available
+from kernelcheck.cases.mirrored import PAGE_ELEMENTS_16, mirroring_available
 from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
 from kernelcheck.checks.backward_precision import BackwardPrecision
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.far_rows import JUDGED, far_rows_unjudged, judge_far_rows
+from kernelcheck.checks.huge_rows import (
+    HugeRowsUnjudged,
+    call_alone_within_budget,
+    mirrored_placement,
+)
 from kernelcheck.checks.outcome import CandidateFault, Outcome
 from kernelcheck.checks.precision import ForwardPrecision
 from kernelcheck.checks.trial import Trial
@@ -117,11 +122,10 @@ OTHER_INNER = 16  # the inner dims not swept, at most
 FAR_INNER = 2560
 # the huge lead: past 2^31 elements in its widest row-wise input, where a flat element
 # offset kept in a 32-bit int wraps; its widest inner dim at Qwen3's vocabulary (151,936)
-# rounded down to whole 4 KiB pages of 16-bit rows (2,048 elements), so the batch can be
-# mirrored in virtual memory (cases/mirrored.py)
+# rounded down to whole pages of 16-bit rows (PAGE_ELEMENTS_16: 151,552 at 4 KiB pages),
+# so the batch can be mirrored in virtual memory (cases/mirrored.py)
 HUGE_ELEMENTS = 1 << 31
-HUGE_INNER = 151_552
-PAGE_ELEMENTS = 2048
+HUGE_INNER = 151_936
 HOT_CALLS = 32  # calls of each hot shape before its forward is judged again
 WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept size
 WIDE_ELEMENTS = 1 << 22  # a wide batch's elements, its rows within WIDE_ROWS
@@ -238,10 +242,10 @@ def far_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]]:
 
 def huge_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]] | None:
     """(label, sizes) of the huge lead: the widest inner dim of the row-wise float inputs
-    at HUGE_INNER (within its ``sweep_max``, a multiple of PAGE_ELEMENTS), the others as
+    at HUGE_INNER (within its ``sweep_max``, a multiple of PAGE_ELEMENTS_16), the others as
     in the far-rows lead, and enough rows past JUDGED that the last JUDGED rows of the
     widest row-wise input start past HUGE_ELEMENTS elements; None where no row-wise float
-    input has an inner dim, or its ``sweep_max`` is below PAGE_ELEMENTS."""
+    input has an inner dim, or its ``sweep_max`` is below PAGE_ELEMENTS_16."""
     rowwise = [i for i in op.inputs if op.is_row_wise(i) and i.dtype in ("case", "float32")]
     dims = {d for i in rowwise for d in i.shape[len(op.lead) :] if d in op.dims}
     if not op.lead or not dims:
@@ -249,8 +253,8 @@ def huge_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]] | None:
     inner = {d: op.dims[d].default for d in swept_dims(op)}
     widest = max(sorted(dims), key=lambda d: inner.get(d, 0))
     size = min(HUGE_INNER, op.dims[widest].sweep_max or HUGE_INNER)
-    size -= size % PAGE_ELEMENTS
-    if size < PAGE_ELEMENTS:
+    size -= size % PAGE_ELEMENTS_16
+    if size < PAGE_ELEMENTS_16:
         return None
     sizes = {**_other_inner(inner, widest), widest: size}
     per_row = max(math.prod(sizes.get(d, 1) for d in i.shape[len(op.lead) :]) for i in rowwise)
@@ -322,7 +326,8 @@ class ShapeSweep(Check):
         "forward and backward within the contract tolerance, and as precise as the fp32 "
         "reference (edges rows), at tail sizes: every residue "
         "mod 64 in one tile and past several, 2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
-        "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560)"
+        "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560); "
+        "rows past 2^31 elements at the narrowest dtype"
     )
 
     def __init__(self, ctx, params=None):
@@ -376,9 +381,9 @@ class ShapeSweep(Check):
 
     def _judge_huge_rows(self, seed: int, dist: str) -> None:
         """The huge lead (:func:`huge_rows_shape`), mirrored, judged at its first and last
-        rows: with grad where the backward is judged (its outputs too), else, or where
-        that call runs out of its memory budget, forward only; unjudged where that does
-        too, and the result says so."""
+        rows (``checks/huge_rows.py``): with grad where the backward is judged (its
+        outputs too), else, or where that call runs out of its memory budget, forward
+        only; unjudged where that does too, and the result says so."""
         shape = huge_rows_shape(self.ctx.op)
         if shape is None or far_rows_unjudged(self.ctx.op) is not None:
             return  # the plan lists it as not checked
@@ -387,21 +392,28 @@ class ShapeSweep(Check):
             self.unjudged.append([label, str(mirroring_available())])
             return
         self.progress(label)
-        self.shapes += 1
         classes = self._judge_classes()
         tries = [(False, True)] if BackwardAccuracy in classes else []
         tries += [(True, False)] if ForwardAccuracy in classes else []
         for forward, backward in tries:
+            what = f"{label}, {'with grad' if backward else 'forward'}"
             try:
                 found = judge_far_rows(
-                    self.ctx, seed, dist, sizes, forward, backward, mirrored=True
+                    *(self.ctx, seed, dist, sizes, forward, backward),
+                    place=mirrored_placement,
+                    guard=lambda: call_alone_within_budget(self.ctx.device, self.ctx.own_process),
                 )
+            except HugeRowsUnjudged as exc:
+                self.unjudged.append([what, str(exc)[:300]])
+                if exc.out_of_memory:
+                    continue
+                return
             except CandidateFault as exc:
                 if not exc.out_of_memory:
                     raise
-                what = f"{label}, {'with grad' if backward else 'forward'}"
                 self.unjudged.append([what, f"past its memory budget: {str(exc)[:200]}"])
                 continue
+            self.shapes += 1
             if found is not None:
                 self.failed = (label, sizes, found[1], found[0])
             return

@@ -307,7 +307,8 @@ def _run_case(op, case, options, progress, clock, pristine) -> Iterator[CheckRes
         zygote = pristine if pristine is not None else spawned()
         return zygote.run(run_prepared, op, case, options, program, *args)
 
-    ctx = replace(prepared.ctx, in_pristine_process=in_pristine_process)
+    own = pristine is not None  # only a worker's case process is handed its pristine ones
+    ctx = replace(prepared.ctx, in_pristine_process=in_pristine_process, own_process=own)
     active: dict[str, Check] = {}
     for name in case.checks:
         check = CHECKS[name](ctx, ctx.op.check_params(name))

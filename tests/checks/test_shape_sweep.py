@@ -9,7 +9,7 @@ import math
 import pytest
 
 from kernelcheck import api
-from kernelcheck.cases.mirrored import mirroring_available
+from kernelcheck.cases.mirrored import PAGE_ELEMENTS_16, mirroring_available
 from kernelcheck.checks.far_rows import JUDGED
 from kernelcheck.checks.shape_sweep import (
     LONG_ROWS,
@@ -343,12 +343,17 @@ def test_the_accuracy_judges_leave_the_edges_row_to_the_precision_rules():
     assert "forward_precision_margin" not in res.metrics, res.metrics
 
 
-def _huge_lead_alone(monkeypatch) -> None:
-    """The sweep down to its huge lead: no swept shapes, no far rows (each has its tests)."""
-    from kernelcheck.checks import shape_sweep
+def _huge_lead_alone(monkeypatch, own_process: bool = True) -> None:
+    """The sweep down to its huge lead: no swept shapes, no far rows (each has its tests);
+    in process, its calls as in a case process of its own (``own_process``), as an
+    isolated worker makes them."""
+    from kernelcheck.checks import huge_rows, shape_sweep
 
     monkeypatch.setattr(shape_sweep, "sweep_shapes", lambda *a, **k: [])
     monkeypatch.setattr(shape_sweep.ShapeSweep, "_far_rows_here", lambda self, full: False)
+    if own_process:
+        guard = huge_rows.call_alone_within_budget
+        monkeypatch.setattr(shape_sweep, "call_alone_within_budget", lambda d, own: guard(d, True))
 
 
 def test_the_huge_lead_passes_2_31_elements_in_the_grids_narrowest_dtype(catalog):
@@ -356,7 +361,9 @@ def test_the_huge_lead_passes_2_31_elements_in_the_grids_narrowest_dtype(catalog
         label, sizes = huge_rows_shape(op)
         widest = max((n for n in sizes if n not in op.lead), key=sizes.get)
         rows = math.prod(sizes[d] for d in op.lead if d in sizes)
-        assert sizes[widest] % 2048 == 0 and (rows - JUDGED) * sizes[widest] >= 1 << 31, name
+        assert (
+            sizes[widest] % PAGE_ELEMENTS_16 == 0 and (rows - JUDGED) * sizes[widest] >= 1 << 31
+        ), name
         assert label.endswith("(past 2^31 elements)") and narrowest_dtype(op) == "bf16"
 
 
@@ -389,11 +396,11 @@ def test_a_call_past_its_memory_budget_leaves_the_huge_lead_unjudged_and_says_so
     """The honest ``torch`` logp with a 1 GiB budget: its with-grad call (a 4 GiB bf16
     gradient) runs out, so the huge lead is judged forward only, and the run's list of
     what was not checked names the part it could not judge."""
-    from kernelcheck.checks import far_rows
+    from kernelcheck.checks import huge_rows
 
     _huge_lead_alone(monkeypatch)
-    budget = far_rows.CALL_BUDGET_SHARE << 30  # 1 GiB for the call
-    monkeypatch.setattr(far_rows, "available_memory_bytes", lambda: budget)
+    budget = huge_rows.CALL_BUDGET_SHARE << 30  # 1 GiB for the call
+    monkeypatch.setattr(huge_rows, "available_memory_bytes", lambda: budget)
     report = api.run(
         catalog, "logp", candidate_names=["torch"], dtype_names="bf16", check_names=["shape_sweep"],
         shape=dict(catalog.ops["logp"].grid.shapes[0]), seeds=[0], isolate=False, sweeps=False,
@@ -425,3 +432,18 @@ def test_the_printed_repro_of_a_huge_lead_failure_reproduces(tmp_path):
 
     failed = failed_sweep_reproduces("planted_offsets.toml", "int32-offsets", tmp_path)
     assert "(past 2^31 elements)" in failed["message"], failed["message"]
+
+
+def test_in_process_the_huge_lead_is_left_unjudged_and_listed(catalog, monkeypatch):
+    """Its memory budget is an address-space limit of the whole process: never set in a
+    process that runs anything else (``isolate=False``, the pytest plugin)."""
+    _huge_lead_alone(monkeypatch, own_process=False)
+    report = api.run(
+        catalog, "logp", candidate_names=["cpu"], dtype_names="bf16", check_names=["shape_sweep"],
+        shape=dict(catalog.ops["logp"].grid.shapes[0]), seeds=[0], isolate=False, sweeps=False,
+    )  # fmt: skip
+    (res,) = report.results
+    assert res.status == "pass" and res.metrics["shapes"] == 0, res.message
+    label, _ = huge_rows_shape(catalog.ops["logp"])
+    (gap,) = [n for n in report.not_checked() if label in n.what]
+    assert gap.reason.startswith("in process: its memory budget would limit the whole process")
