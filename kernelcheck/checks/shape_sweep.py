@@ -114,6 +114,10 @@ ODD_FACTORS = (3, 5, 7, 9)  # times 2^k (>= 2^5, <= 2^MAX_POWER): widths of no p
 VOCAB_DIM = "vocab"
 MODEL_VOCABS = (32_000, 50_257, 128_256, 262_144, 262_208)
 LONG_ROWS = 65_537
+# the joint shape's sizes: a vocabulary's Llama 2's (32,000, a multiple of 128), any other
+# inner dim a real hidden size (Qwen3-0.6B's 1,024): a 33M-element lm_head, whose honest
+# fp32 backward with fixed-order sums takes the torch candidate 5 s
+JOINT_SIZES = {VOCAB_DIM: 32_000, "": 1_024}
 LONG_INNER = 257  # the long lead's inner sizes at most (65,537 x 257 > 2^24)
 OTHER_INNER = 16  # the inner dims not swept, at most
 # the far-rows lead's widest inner dim: a real model's (Qwen3-4B), aligned to 512, whose
@@ -222,6 +226,7 @@ def sweep_shapes(
                 continue
             shapes.append((f"{dim}={size}", {**lead_sizes(op, rows), **others, dim: size}))
     if op.lead and full:
+        shapes += joint_shape(op, rows)
         shapes += wide_batches(op, inner)
         widest = max(inner, key=inner.get) if inner else None
         long = {d: min(v, LONG_INNER if d == widest else OTHER_INNER) for d, v in inner.items()}
@@ -275,6 +280,26 @@ def narrowest_dtype(op: OpSpec) -> str | None:
 def _other_inner(inner: dict[str, int], dim: str) -> dict[str, int]:
     """The inner dims other than the swept ``dim``, each at most OTHER_INNER."""
     return {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
+
+
+def joint_shape(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
+    """With two inner dims or more (linear_logp's hidden and vocab), one shape with each at
+    a real model's size at once (JOINT_SIZES), within its ``sweep_max``; none otherwise.
+
+    Each dim is swept with the others at OTHER_INNER or less, and the grid keeps the
+    product small, so a kernel that picks its path by them together (a fused
+    tensor-core path for a real lm_head, past hidden 256 and vocab 8,192, rounding fp32
+    operands to TF32: ``lm_head_bugs``, a round-14 red team's, passed every check)
+    never took it."""
+    dims = swept_dims(op)
+    if len(dims) < 2:
+        return []
+    sizes = {}
+    for d in dims:
+        size = JOINT_SIZES[VOCAB_DIM] if d == VOCAB_DIM else JOINT_SIZES[""]
+        sizes[d] = min(size, op.dims[d].sweep_max or size)
+    label = "every inner dim at once: " + ", ".join(f"{d}={n}" for d, n in sizes.items())
+    return [(label, {**lead_sizes(op, rows), **sizes})]
 
 
 def wide_batches(op: OpSpec, inner: dict[str, int]) -> list[tuple[str, dict[str, int]]]:

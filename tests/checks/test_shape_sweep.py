@@ -17,6 +17,8 @@ from kernelcheck.checks.shape_sweep import (
     WIDE_ELEMENTS,
     WIDE_ROWS,
     huge_rows_shape,
+    is_hot,
+    joint_shape,
     narrowest_dtype,
     sweep_shapes,
     sweep_sizes,
@@ -447,3 +449,53 @@ def test_in_process_the_huge_lead_is_left_unjudged_and_listed(catalog, monkeypat
     label, _ = huge_rows_shape(catalog.ops["logp"])
     (gap,) = [n for n in report.not_checked() if label in n.what]
     assert gap.reason.startswith("in process: its memory budget would limit the whole process")
+
+
+def test_only_ops_of_two_inner_dims_get_the_joint_shape(catalog):
+    for name, op in catalog.ops.items():
+        joint = joint_shape(op, 3)
+        assert bool(joint) == (len(swept_dims(op)) >= 2), name
+    ((label, sizes),) = joint_shape(catalog.ops["linear_logp"], 3)
+    assert sizes == {"tokens": 3, "hidden": 1024, "vocab": 32000}
+    assert (label, sizes) in sweep_shapes(catalog.ops["linear_logp"], 3)
+    assert not is_hot(label)
+
+
+def _joint_shape_alone(monkeypatch) -> None:
+    """The sweep down to its joint shape (the others have their tests)."""
+    from kernelcheck.checks import shape_sweep
+
+    monkeypatch.setattr(
+        shape_sweep, "sweep_shapes", lambda op, rows, *a, **k: shape_sweep.joint_shape(op, rows)
+    )
+    monkeypatch.setattr(shape_sweep.ShapeSweep, "_far_rows_here", lambda self, full: False)
+    monkeypatch.setattr(shape_sweep.ShapeSweep, "_judge_huge_rows", lambda self, *a: None)
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        "bug",
+        pytest.param("torch", marks=pytest.mark.slow),
+    ],
+)
+def test_a_path_taken_for_a_real_lm_head_alone_fails_at_the_joint_shape(
+    catalog, monkeypatch, candidate
+):
+    """linear_logp rounding fp32 operands to TF32 once hidden >= 256 and vocab >= 8,192
+    (tests/fixtures/lm_head_bugs.py): no grid or swept shape had both; the honest
+    ``torch`` candidate passes there."""
+    from tests.conftest import with_op_candidate
+
+    _joint_shape_alone(monkeypatch)
+    cat = with_op_candidate(
+        catalog, "linear_logp", "bug", "lm_head_bugs:linear_logp_tf32_for_a_real_lm_head"
+    )
+    shape = dict(cat.ops["linear_logp"].grid.shapes[0])
+    res = run_one(cat, "linear_logp", candidate, "shape_sweep", "fp32", shape, seeds=[0])
+    if candidate == "torch":
+        assert res.status == "pass", res.message
+        return
+    assert res.status == "fail", res.message
+    assert res.message.startswith("at every inner dim at once: hidden=1024, vocab=32000")
+    assert res.metrics["failing_check"] == "forward_accuracy"
