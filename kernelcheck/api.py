@@ -333,7 +333,8 @@ def _huge_rows_gap(spec: OpSpec, dts: list[str], checks, sweeps: bool) -> dict[s
     why = far_rows_unjudged(spec) or (None if shape else "no row-wise float input is wide enough")
     if why:
         return {what: why}
-    at = dtypes.canonical(narrowest_dtype(spec)) or narrowest_dtype(spec)
+    narrowest = narrowest_dtype(spec)
+    at = dtypes.canonical(narrowest) or narrowest
     others = [d for d in dts if d != at]
     gaps = {f"{what} (2^32 and past)": "judged past 2^31 elements only (a signed 32-bit offset)"}
     if sweeps and spec.attribute_sweeps:

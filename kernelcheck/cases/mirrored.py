@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import mmap
 import os
 import weakref
@@ -50,10 +51,7 @@ def mirroring_available() -> str | None:
 
 def rows_line_up(inner: tuple[int, ...], dtype: torch.dtype) -> bool:
     """Whether a row of ``inner`` elements of ``dtype`` is a whole number of pages."""
-    elements = 1
-    for n in inner:
-        elements *= n
-    return elements * dtype.itemsize % PAGE == 0
+    return math.prod(inner) * dtype.itemsize % PAGE == 0
 
 
 def _mmap():

@@ -358,7 +358,8 @@ class ShapeSweep(Check):
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)
         self.shapes = 0
-        self.failed: tuple[str, dict, Outcome, str] | None = None
+        # (label, where: how to rerun it, sizes, outcome, judge) of the failing shape
+        self.failed: tuple[str, str, dict, Outcome, str] | None = None
         self.worst: dict[str, float] = {}
         self.margins: dict[str, float] = {}  # the precision judges' largest error / limit
         self.unjudged: list[list[str]] = []  # [shape, why] of each left unjudged
@@ -413,8 +414,9 @@ class ShapeSweep(Check):
         if shape is None or far_rows_unjudged(self.ctx.op) is not None:
             return  # the plan lists it as not checked
         label, sizes = shape
-        if mirroring_available() is not None:
-            self.unjudged.append([label, str(mirroring_available())])
+        why = mirroring_available()
+        if why is not None:
+            self.unjudged.append([label, why])
             return
         self.progress(label)
         classes = self._judge_classes()
@@ -440,7 +442,9 @@ class ShapeSweep(Check):
                 continue
             self.shapes += 1
             if found is not None:
-                self.failed = (label, sizes, found[1], found[0])
+                # an ordinary case of it would take a float64 gold of 2^31 elements
+                where = f"its first and last {JUDGED} rows; the repro reruns it"
+                self.failed = (label, where, sizes, found[1], found[0])
             return
 
     def _wider_than(self, full: bool) -> dict[str, int] | None:
@@ -501,7 +505,7 @@ class ShapeSweep(Check):
         )
         if found is not None:
             name, outcome = found
-            self.failed = (label, sizes, outcome, name)
+            self.failed = (label, shape_flag(sizes), sizes, outcome, name)
 
     def _judged(self, cls: type[Check], sub, at: Trial, label: str, sizes: dict) -> bool:
         """Judge ``at`` with one of JUDGES; False (and the failure kept) when it fails."""
@@ -520,7 +524,7 @@ class ShapeSweep(Check):
         if margin is not None:
             self.margins[judge.name] = max(self.margins.get(judge.name, 0.0), margin)
         if outcome.status == "fail":
-            self.failed = (label, sizes, outcome, judge.name)
+            self.failed = (label, shape_flag(sizes), sizes, outcome, judge.name)
             return False
         return True
 
@@ -532,13 +536,7 @@ class ShapeSweep(Check):
             metrics["not_judged"] = self.unjudged
         if self.failed is None:
             return Outcome("pass", "", metrics, tol)
-        label, sizes, found, judge = self.failed
-        huge = huge_rows_shape(self.ctx.op)
-        where = (  # an ordinary case of the huge lead would take a float64 gold of 2^31 elements
-            f"its first and last {JUDGED} rows; the repro reruns it"
-            if huge is not None and sizes == huge[1]
-            else shape_flag(sizes)
-        )
+        label, where, sizes, found, judge = self.failed
         message = f"at {label} ({where}), {judge}: {found.message}"
         metrics["failing_shape"] = dict(sizes)
         metrics["failing_check"] = judge
