@@ -73,6 +73,7 @@ class Determinism(Check):
         self.first: tuple[Trial, str] | None = None
         self.batch_done = False
         self.unconfirmed = 0  # pristine processes that disagreed among themselves
+        self.unconfirmed_first: str | None = None  # what the first of them saw differ
 
     def _repeat(self, trial: Trial) -> list:
         outs = trial.own_call(self.ctx.call)
@@ -165,6 +166,10 @@ class Determinism(Check):
         differ = [p for p in pairs if self._compare(runs["trial"][p[0]], runs[p[1]][p[0]])]
         if differ and not self._reproduced(runs, run_all(), pairs):
             self.unconfirmed += 1  # the processes disagree among themselves: no verdict
+            if self.unconfirmed_first is None:
+                part, first, run = differ[0]
+                detail = self._compare(runs["trial"][part], runs[first][part])
+                self.unconfirmed_first = f"{run} {detail} vs {BASE} [seed {seed}, {dist}]"
             return
         for part, first, run in pairs:
             self._judge(trial, runs["trial"][part], runs[first][part], run, BASE)
@@ -278,6 +283,11 @@ class Determinism(Check):
         }
         if self.unconfirmed:  # no verdict from them: their bits varied from process to process
             metrics["pristine_unconfirmed"] = self.unconfirmed
+            why = (
+                "their bits varied from process to process, a second set's too (no verdict);"
+                f" first: {self.unconfirmed_first}"
+            )
+            metrics["not_judged"] = [["pristine processes' first calls", why]]
         tol = {"mode": "bitwise"}
         if self.first:
             t, what = self.first

@@ -3,6 +3,8 @@ there, and the honest candidates give the same bits at every thread count."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -27,8 +29,28 @@ def test_honest_candidates_are_deterministic_at_every_thread_count(catalog, cand
     # run 1, two repeats, two at 8 threads, one at 3, one in deterministic mode, four in
     # pristine processes (a first call, a repeat after it, a training step, a repeat
     # after a call in another dtype), one under inference_mode, the with-grad outputs
-    assert res.metrics["repeats"] == 13
+    # pristine processes that disagree among themselves, a second set's too, give no
+    # verdict (a load-dependent BLAS; once in CI on a host of its own): 4 fewer runs,
+    # listed as not judged, with what differed
+    unconfirmed = res.metrics.get("pristine_unconfirmed", 0)
+    if unconfirmed:
+        warnings.warn(f"determinism of {candidate}: {res.metrics['not_judged']}", stacklevel=1)
+    assert res.metrics["repeats"] == 13 - 4 * unconfirmed
     assert torch.get_num_threads() == before  # restored
+
+
+def test_bits_that_vary_from_process_to_process_give_no_verdict_and_say_so(catalog):
+    """Pristine processes that disagree among themselves, and again in a second set, are
+    not a failure (the candidate may be deterministic, the machine's load not): the result
+    passes, counts them, and lists the part as not judged with the first difference."""
+    cat = with_candidate(catalog, "bug", "broken_logp:bits_vary_by_process")
+    res = run_small(cat, "bug", ["determinism"], seeds=[0])["determinism"]
+    assert res.status == "pass", res.message
+    assert res.metrics["pristine_unconfirmed"] == 1
+    assert res.metrics["repeats"] == 13 - 4
+    ((part, why),) = res.metrics["not_judged"]
+    assert part == "pristine processes' first calls"
+    assert "varied from process to process" in why and BASE in why, why
 
 
 @pytest.mark.slow  # ~10 s: the quick suite stays under five minutes
