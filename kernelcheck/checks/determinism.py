@@ -60,6 +60,12 @@ class Determinism(Check):
         # runs in pristine processes whose first call was another (runner/pristine.py;
         # 0: none)
         "pristine": 1,
+        # one of them begins with a big batch (a rollout's decode batch, a trainer's
+        # micro-batch): rows up to this many, up to first_batch_work products of a
+        # row's dims (an autotuner that splits a row only while rows cannot fill the
+        # SMs picks another config there than at the grid's few rows)
+        "first_batch_rows": 512,
+        "first_batch_work": 1 << 26,
     }
     summary = (
         "repeated runs (forward, and backward with its call's outputs when on) are bit-identical"
@@ -130,8 +136,11 @@ class Determinism(Check):
         process whose first call was the case process's (the trial, no grad): one whose
         first call is a rollout's (another row count's realistic rows, no grad), then
         those rows' call and the trial's calls; one whose first call is a training step
-        (the trial's shape, with grad). A choice fixed at a process's first call and
-        kept (an autotuner keyed on the vocab, a plan cached at the first batch size or
+        (the trial's shape, with grad); one whose first call is in another dtype, and one
+        whose first call is a big batch (a decode batch, a micro-batch: hundreds of rows
+        where the grid has tens), each then the trial's calls. A choice fixed at a
+        process's first call and kept (an autotuner keyed on the vocab that splits rows
+        only while they cannot fill the SMs, a plan cached at the first batch size or
         mode, a fast path left for a safe one at the first overflow: every case's first
         trial holds overflowing rows) gives a rollout worker other bits than the
         trainer, or runs a path no call here took. Compared between pristine processes,
@@ -145,10 +154,17 @@ class Determinism(Check):
         firsts = ["trial", "rollout", "training"] if ctx.grad else ["trial", "rollout"]
         other = other_dtype(ctx)
         firsts += ["dtype"] if other else []
+        big = self._first_batch_lead()
+        firsts += ["batch"] if big else []
 
         def run_all() -> dict:
             ctx.progress(self.name, "pristine processes: the case's first call, then others")
-            return {f: ctx.in_pristine_process(pristine_calls, seed, dist, one, f) for f in firsts}
+            return {
+                f: ctx.in_pristine_process(
+                    pristine_calls, seed, dist, big if f == "batch" else one, f
+                )
+                for f in firsts
+            }
 
         runs = run_all()
         rollout = f"a pristine process whose first call was a rollout's (lead {one}, {drawn} rows):"
@@ -161,6 +177,12 @@ class Determinism(Check):
                 f"a pristine process whose first call was a training step ({drawn} rows):",
             ),
             (1, "dtype", f"a pristine process whose first call was in {other}: the trial's calls"),
+            (
+                1,
+                "batch",
+                f"a pristine process whose first call was a big batch's (lead {big}, {drawn} "
+                "rows): the trial's calls",
+            ),
         ]
         pairs = [p for p in pairs if p[1] in runs]
         differ = [p for p in pairs if self._compare(runs["trial"][p[0]], runs[p[1]][p[0]])]
@@ -173,6 +195,18 @@ class Determinism(Check):
             return
         for part, first, run in pairs:
             self._judge(trial, runs["trial"][part], runs[first][part], run, BASE)
+
+    def _first_batch_lead(self) -> tuple[int, ...] | None:
+        """The lead of a pristine process's big first call: ``first_batch_rows`` rows,
+        fewer at long rows; None where that is no more than the case's own rows (its
+        first call is as big) or the op has no lead."""
+        ctx = self.ctx
+        rows = ctx.training_rows(
+            int(self.params["first_batch_rows"]), int(self.params["first_batch_work"])
+        )
+        if not rows or not ctx.lead:
+            return None
+        return (rows,) + (1,) * (len(ctx.lead) - 1)
 
     def _reproduced(self, runs: dict, again: dict, pairs: list) -> bool:
         """Whether a second set of pristine processes gave each compared result the
@@ -336,17 +370,18 @@ def training_step(ctx: CaseContext, seed: int) -> tuple[list, dict]:
     return ctx.call_backward(first_inputs(ctx, seed, ctx.lead), ups)
 
 
-def pristine_calls(ctx: CaseContext, seed: int, dist: str, one: tuple, first: str):
+def pristine_calls(ctx: CaseContext, seed: int, dist: str, lead: tuple | None, first: str):
     """Run in a pristine process: ``first`` ("trial": the trial's no-grad call, as a case
-    process's first call; "rollout": a call on ``one`` first-call rows; "training": a
-    training step) as the candidate's first call, then (the rollout call's outputs, the
-    trial's calls as a repeat makes them, the training step's results; these last only
-    when on)."""
+    process's first call; "rollout": a call on first-call rows at ``lead``; "training": a
+    training step; "dtype": the case's rows in another dtype; "batch": a big batch of
+    first-call rows at ``lead``) as the candidate's first call, then (the rollout call's
+    outputs, the trial's calls as a repeat makes them, the training step's results;
+    these last only when on)."""
     trial = Trial(ctx, seed, dist)
     checker = Determinism(ctx)
 
     def rollout():
-        return [("output", o.detach().cpu()) for o in ctx.call(first_inputs(ctx, seed, one))]
+        return [("output", o.detach().cpu()) for o in ctx.call(first_inputs(ctx, seed, lead))]
 
     def training():
         return checker._backward_results(*training_step(ctx, seed)) if ctx.grad else []
@@ -355,6 +390,9 @@ def pristine_calls(ctx: CaseContext, seed: int, dist: str, one: tuple, first: st
         return None, None, training()
     if first == "dtype":  # the case's rows in another dtype, then the trial's calls
         ctx.call(ctx.in_dtype(first_inputs(ctx, seed, ctx.lead), other_dtype(ctx)))
+        return None, checker._repeat(trial), []
+    if first == "batch":  # a big batch's rows, then the trial's calls
+        ctx.call(first_inputs(ctx, seed, lead))
         return None, checker._repeat(trial), []
     if first == "trial":
         trial.own_call(ctx.call)

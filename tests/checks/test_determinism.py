@@ -26,16 +26,17 @@ def test_honest_candidates_are_deterministic_at_every_thread_count(catalog, cand
     before = torch.get_num_threads()
     res = run_small(catalog, candidate, ["determinism"], seeds=[0])["determinism"]
     assert res.status == "pass", res.message
-    # run 1, two repeats, two at 8 threads, one at 3, one in deterministic mode, four in
+    # run 1, two repeats, two at 8 threads, one at 3, one in deterministic mode, five in
     # pristine processes (a first call, a repeat after it, a training step, a repeat
-    # after a call in another dtype), one under inference_mode, the with-grad outputs
+    # after a call in another dtype, one after a big batch), one under inference_mode,
+    # the with-grad outputs
     # pristine processes that disagree among themselves, a second set's too, give no
-    # verdict (a load-dependent BLAS; once in CI on a host of its own): 4 fewer runs,
+    # verdict (a load-dependent BLAS; once in CI on a host of its own): 5 fewer runs,
     # listed as not judged, with what differed
     unconfirmed = res.metrics.get("pristine_unconfirmed", 0)
     if unconfirmed:
         warnings.warn(f"determinism of {candidate}: {res.metrics['not_judged']}", stacklevel=1)
-    assert res.metrics["repeats"] == 13 - 4 * unconfirmed
+    assert res.metrics["repeats"] == 14 - 5 * unconfirmed
     assert torch.get_num_threads() == before  # restored
 
 
@@ -47,7 +48,7 @@ def test_bits_that_vary_from_process_to_process_give_no_verdict_and_say_so(catal
     res = run_small(cat, "bug", ["determinism"], seeds=[0])["determinism"]
     assert res.status == "pass", res.message
     assert res.metrics["pristine_unconfirmed"] == 1
-    assert res.metrics["repeats"] == 13 - 4
+    assert res.metrics["repeats"] == 14 - 5
     ((part, why),) = res.metrics["not_judged"]
     assert part == "pristine processes' first calls"
     assert "varied from process to process" in why and BASE in why, why
@@ -71,6 +72,16 @@ def test_a_choice_fixed_at_the_process_first_call_fails_in_a_pristine_process(ca
     assert res.status == "fail", res.message
     assert "pristine process" in res.message and "(1, 1)" in res.message
     assert "output:" in res.message
+
+
+def test_a_choice_fixed_while_rows_cannot_fill_the_sms_fails_after_a_big_first_call(catalog):
+    """An autotuner that splits rows only while the first call's rows cannot fill the
+    GPU agrees with itself at every grid shape (64 rows at most): a process whose first
+    call was a decode batch of hundreds of rows does not."""
+    cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_while_rows_cannot_fill_the_sms")
+    res = run_small(cat, "bug", ["determinism"], seeds=[0])["determinism"]
+    assert res.status == "fail", res.message
+    assert "first call was a big batch's (lead (512, 1)" in res.message, res.message
 
 
 def test_a_choice_fixed_by_the_first_calls_dtype_fails_in_a_pristine_process(catalog):
