@@ -1746,11 +1746,10 @@ class Contract(Check):
         count so that each op runs long enough to let the other thread in, and the
         same reversed with the shared floats times -0.5), forward only and, when on, forward
         and backward in turn: every output and gradient keeps the bits of its call alone.
-        A scratch buffer kept per shape is written by both. At the grid's attributes only
-        (in a case whose attributes a sweep set, the contract's other probes run)."""
+        A scratch buffer kept per shape is written by both. In the attribute sweeps' cases
+        too: a kernel may stage its inputs in a scratch buffer only for an attribute's
+        other values (a temperature's scaled logits; T = 1 reads the logits as they are)."""
         ctx, op = self.ctx, self.ctx.op
-        if op.off_grid(ctx.case.attributes):
-            return
         head, _ = self._head(trial)
         row = [k for k in head if op.is_row_wise(op.input(k))]
         rows = concurrent_calls.rows_for(ctx.row_work)

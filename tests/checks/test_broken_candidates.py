@@ -167,3 +167,14 @@ def test_a_sparse_loss_mask_reaches_a_compacted_backward(catalog):
     assert dense.status == "pass", dense.message
     sparse = run_small(cat, "broken", [check], seeds=[1], **kw)[check]
     assert sparse.status == "fail" and "gradient:logits" in sparse.message, sparse.message
+
+
+def test_a_scratch_buffer_used_at_a_temperature_alone_fails_in_its_sweep_case(catalog):
+    """Two threads calling at once run in an attribute sweep's case too: a kernel that
+    stages x / T in a buffer kept per shape stages nothing at T = 1."""
+    cat = with_candidate(catalog, "broken", "broken_logp:workspace_when_tempered")
+    for temperature, status in ((1.0, "pass"), (0.7, "fail")):
+        kw = dict(distributions="normal", attributes={"temperature": temperature})
+        res = run_small(cat, "broken", ["contract"], seeds=[0], **kw)["contract"]
+        assert res.status == status, res.message
+    assert "two threads calling at once" in res.message, res.message
