@@ -25,7 +25,13 @@ from kernelcheck.cases.grid import (
 from kernelcheck.cases.inputs import DISTRIBUTIONS, is_distribution
 from kernelcheck.checks import CHECKS, Outcome
 from kernelcheck.checks.far_rows import far_rows_unjudged
-from kernelcheck.checks.shape_sweep import LONG_ROWS, huge_rows_shape, narrowest_dtype
+from kernelcheck.checks.shape_sweep import (
+    LONG_ROWS,
+    WIDE_BLOCK_ROWS,
+    huge_rows_shape,
+    narrowest_dtype,
+    swept_dims,
+)
 from kernelcheck.compare import op_spec_digest, plan_digest
 from kernelcheck.errors import Interrupted, SpecError, UsageError
 from kernelcheck.fresh_memory import poisoned_allocations
@@ -274,7 +280,7 @@ def _not_planned(spec: OpSpec, dts, checks, runnable, sweeps: bool, shapes) -> d
         **_dtype_gaps(spec, dts),
         **_in_range_gaps(spec, runnable),
         **_sweep_gaps(spec, dts, checks, sweeps, shapes),
-        **_far_rows_gap(spec, checks),
+        **_far_rows_gap(spec, dts, checks),
         **_huge_rows_gap(spec, dts, checks, sweeps),
     }
 
@@ -315,11 +321,24 @@ def swept_at_first_dtype(checks: Iterable[str]) -> list[str]:
     return [n for n in checks if CHECKS[n].sweep_first_dtype_only]
 
 
-def _far_rows_gap(spec: OpSpec, checks) -> dict[str, str]:
+def _far_rows_gap(spec: OpSpec, dts: list[str], checks) -> dict[str, str]:
     """``shape_sweep``'s far-rows lead, where the op's outputs cannot be judged row by row
-    (:func:`far_rows_unjudged`), for the summary's list of what was not checked."""
-    why = far_rows_unjudged(spec) if "shape_sweep" in checks else None
-    return {f"shape_sweep's {LONG_ROWS}-row lead at its widest row": why} if why else {}
+    (:func:`far_rows_unjudged`), and its WIDE_BLOCK_ROWS rows at the dtypes other than the
+    grid's narrowest, for the summary's list of what was not checked."""
+    if "shape_sweep" not in checks:
+        return {}
+    why = far_rows_unjudged(spec)
+    if why:
+        return {f"shape_sweep's {LONG_ROWS}-row lead at its widest row": why}
+    if not swept_dims(spec):
+        return {}
+    narrowest = narrowest_dtype(spec)
+    at = dtypes.canonical(narrowest) or narrowest
+    others = [d for d in dts if d != at]
+    if not others:
+        return {}
+    what = f"shape_sweep's {WIDE_BLOCK_ROWS}-row lead (65,535 blocks of two rows) at "
+    return {what + ", ".join(others): f"judged at {at} alone (twice the {LONG_ROWS}-row lead)"}
 
 
 def _huge_rows_gap(spec: OpSpec, dts: list[str], checks, sweeps: bool) -> dict[str, str]:

@@ -41,6 +41,9 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   and last rows only, each against the gold of that row alone (``checks/far_rows.py``).
   Also in the op's big-batch case at the grid's first dtype (the swept attributes at
   their first values): a path for the rows past 65,535 blocks may forget an attribute.
+  In the grid's narrowest dtype's case (``narrowest_dtype``) it has ``WIDE_BLOCK_ROWS``
+  (131,071) rows: past 65,535 blocks of two rows, as a launcher that packs 8,192
+  elements a block puts two rows of 2,560 in one (a round-16 red team's rms_norm).
 - one lead past 2^31 elements (``huge_rows_shape``: logp 14,234 rows at 151,552), once per
   candidate, in the grid's narrowest dtype's case (``narrowest_dtype``: bf16): a flat
   element offset kept in a signed 32-bit int wraps there. Judged as the far-rows lead,
@@ -97,6 +100,7 @@ from kernelcheck.checks.huge_rows import (
 )
 from kernelcheck.checks.outcome import CandidateFault, Outcome
 from kernelcheck.checks.precision import ForwardPrecision
+from kernelcheck.checks.rows import placed_rows
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import OpSpec
 
@@ -114,6 +118,9 @@ ODD_FACTORS = (3, 5, 7, 9)  # times 2^k (>= 2^5, <= 2^MAX_POWER): widths of no p
 VOCAB_DIM = "vocab"
 MODEL_VOCABS = (32_000, 50_257, 128_256, 262_144, 262_208)
 LONG_ROWS = 65_537
+# the far-rows lead's rows in the narrowest dtype's case: past 65,535 blocks of two rows (a
+# block of 8,192 elements holds two rows of 2,560), at twice the cost, once per candidate
+WIDE_BLOCK_ROWS = 2 * 65_535 + 1
 # the joint shape's sizes: a vocabulary's Llama 2's (32,000, a multiple of 128), any other
 # inner dim a real hidden size (Qwen3-0.6B's 1,024): a 33M-element lm_head, whose honest
 # fp32 backward with fixed-order sums takes the torch candidate 5 s
@@ -234,15 +241,15 @@ def sweep_shapes(
     return shapes
 
 
-def far_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]]:
-    """(label, sizes) of the far-rows lead: LONG_ROWS rows, the widest inner dim at
-    FAR_INNER (within its ``sweep_max``), the others at their defaults, at most
-    OTHER_INNER."""
+def far_rows_shape(op: OpSpec, rows: int = LONG_ROWS) -> tuple[str, dict[str, int]]:
+    """(label, sizes) of the far-rows lead: ``rows`` rows (LONG_ROWS, or WIDE_BLOCK_ROWS),
+    the widest inner dim at FAR_INNER (within its ``sweep_max``), the others at their
+    defaults, at most OTHER_INNER."""
     inner = {d: op.dims[d].default for d in swept_dims(op)}
     widest = max(inner, key=inner.get)
     size = min(FAR_INNER, op.dims[widest].sweep_max or FAR_INNER)
-    sizes = {**lead_sizes(op, LONG_ROWS), **_other_inner(inner, widest), widest: size}
-    return f"{LONG_ROWS} rows at {widest}={size}", sizes
+    sizes = {**lead_sizes(op, rows), **_other_inner(inner, widest), widest: size}
+    return f"{rows} rows at {widest}={size}", sizes
 
 
 def huge_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]] | None:
@@ -389,9 +396,11 @@ class ShapeSweep(Check):
             self.progress(label)
             self.shapes += 1
             self._judge(trial.seed, dist, label, sizes, full and is_hot(label))
+        narrowest = full and self.ctx.case.dtype == narrowest_dtype(self.ctx.op)
         if self.failed is None and swept_dims(self.ctx.op) and self._far_rows_here(full):
-            self._judge_far_rows(trial.seed, MIX.join(self._own_distributions()))
-        if self.failed is None and full and self.ctx.case.dtype == narrowest_dtype(self.ctx.op):
+            rows = WIDE_BLOCK_ROWS if narrowest else LONG_ROWS
+            self._judge_far_rows(trial.seed, MIX.join(self._own_distributions()), rows)
+        if self.failed is None and narrowest:
             self._judge_huge_rows(trial.seed, MIX.join(self._own_distributions()))
 
     def _own_distributions(self) -> list[str]:
@@ -419,22 +428,35 @@ class ShapeSweep(Check):
             self.unjudged.append([label, why])
             return
         self.progress(label)
+        # an ordinary case of it would take a float64 gold of 2^31 elements
+        where = f"its first and last {JUDGED} rows; the repro reruns it"
+        self._judge_within_budget(label, where, sizes, seed, dist, mirrored_placement)
+
+    def _judge_within_budget(
+        self, label: str, where: str, sizes: dict, seed: int, dist: str, place, retry=True
+    ) -> bool:
+        """A lead judged at its first and last rows, each call alone on the machine within
+        its memory budget (``checks/huge_rows.py``): with grad where the backward is
+        judged (its outputs too), else, or (``retry``) where that call runs out of its
+        budget, forward only; each part left unjudged is listed. True where the first
+        try was judged (passed or failed)."""
         classes = self._judge_classes()
         tries = [(False, True)] if BackwardAccuracy in classes else []
-        tries += [(True, False)] if ForwardAccuracy in classes else []
-        for forward, backward in tries:
+        if ForwardAccuracy in classes and (retry or not tries):
+            tries.append((True, False))
+        for k, (forward, backward) in enumerate(tries):
             what = f"{label}, {'with grad' if backward else 'forward'}"
             try:
                 found = judge_far_rows(
                     *(self.ctx, seed, dist, sizes, forward, backward),
-                    place=mirrored_placement,
+                    place=place,
                     guard=lambda: call_alone_within_budget(self.ctx.device, self.ctx.own_process),
                 )
             except HugeRowsUnjudged as exc:
                 self.unjudged.append([what, str(exc)[:300]])
                 if exc.out_of_memory:
                     continue
-                return
+                return False
             except CandidateFault as exc:
                 if not exc.out_of_memory:
                     raise
@@ -442,10 +464,9 @@ class ShapeSweep(Check):
                 continue
             self.shapes += 1
             if found is not None:
-                # an ordinary case of it would take a float64 gold of 2^31 elements
-                where = f"its first and last {JUDGED} rows; the repro reruns it"
                 self.failed = (label, where, sizes, found[1], found[0])
-            return
+            return k == 0
+        return False
 
     def _wider_than(self, full: bool) -> dict[str, int] | None:
         """An attribute sweep's widths judged elsewhere, at a dtype other than the grid's
@@ -492,11 +513,22 @@ class ShapeSweep(Check):
         finally:
             at.release()
 
-    def _judge_far_rows(self, seed: int, dist: str) -> None:
-        """The far-rows lead (:func:`far_rows_shape`), judged at its first and last rows."""
+    def _judge_far_rows(self, seed: int, dist: str, rows: int) -> None:
+        """The far-rows lead (:func:`far_rows_shape`) of ``rows`` rows, judged at its first
+        and last rows. At WIDE_BLOCK_ROWS each call within its memory budget (twice the
+        LONG_ROWS lead's: up to 14 GB); where that is not judged in full, the LONG_ROWS
+        lead as at the other dtypes (never a forward-only retry of twice its size)."""
         if far_rows_unjudged(self.ctx.op) is not None:
             return  # the plan lists it as not checked
-        label, sizes = far_rows_shape(self.ctx.op)
+        if rows == WIDE_BLOCK_ROWS:
+            label, sizes = far_rows_shape(self.ctx.op, rows)
+            self.progress(label)
+            where = shape_flag(sizes)
+            if self._judge_within_budget(label, where, sizes, seed, dist, placed_rows, False):
+                return
+            if self.failed is not None:
+                return
+        label, sizes = far_rows_shape(self.ctx.op, LONG_ROWS)
         self.progress(label)
         self.shapes += 1
         classes = self._judge_classes()

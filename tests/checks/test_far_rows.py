@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from kernelcheck import api
 from kernelcheck.checks.far_rows import FILLERS, JUDGED, judged_positions, row_order
-from kernelcheck.checks.shape_sweep import LONG_ROWS, far_rows_shape
+from kernelcheck.checks.shape_sweep import LONG_ROWS, WIDE_BLOCK_ROWS, far_rows_shape
 from tests.conftest import failed_sweep_reproduces, run_one, with_op_candidate
 from tests.fixtures.grid_cap_bugs import rows_reached
 
@@ -32,6 +33,9 @@ def test_the_far_rows_lead_passes_one_row_a_block_launches_at_every_op(catalog):
         assert sizes[widest] == 2560 and label == f"{LONG_ROWS} rows at {widest}=2560"
         # the narrower long lead and the wide batches stay within such a launch
         assert rows_reached(257) > LONG_ROWS
+        # at the narrowest dtype: past 65,535 blocks of two rows of 2,560
+        label, sizes = far_rows_shape(op, WIDE_BLOCK_ROWS)
+        assert sizes[op.lead[0]] == WIDE_BLOCK_ROWS > rows_reached(2560, 8192) > LONG_ROWS
 
 
 @pytest.mark.parametrize(
@@ -46,7 +50,7 @@ def test_the_far_rows_lead_passes_one_row_a_block_launches_at_every_op(catalog):
 def test_a_launch_capped_at_65535_blocks_fails_at_its_last_rows(catalog, op, bug, judged):
     cat = with_op_candidate(catalog, op, "bug", f"grid_cap_bugs:{bug}")
     shape = dict(cat.ops[op].grid.shapes[0])
-    res = run_one(cat, op, "bug", "shape_sweep", "bf16", shape, seeds=[0])
+    res = run_one(cat, op, "bug", "shape_sweep", "fp16", shape, seeds=[0])
     assert res.status == "fail", res.message
     assert res.message.startswith(f"at {LONG_ROWS} rows at "), res.message
     assert 2560 in res.metrics["failing_shape"].values()
@@ -54,12 +58,33 @@ def test_a_launch_capped_at_65535_blocks_fails_at_its_last_rows(catalog, op, bug
     assert "first at row 65535" in res.message and "NaN" in res.message, res.message
 
 
+def test_a_launch_of_65535_blocks_of_two_rows_fails_in_the_narrowest_dtype(catalog):
+    """Two rows of 2,560 a block reach 131,070 rows: the far-rows lead passes it at 65,537
+    rows (fp16) and fails it at 131,071 (bf16, the grid's narrowest dtype)."""
+    cat = with_op_candidate(catalog, "logp", "bug", "grid_cap_bugs:logp_two_rows_a_block")
+    shape = dict(cat.ops["logp"].grid.shapes[0])
+    (res,) = api.run(  # isolated: each call within its memory budget, a process's own
+        *(cat, "logp"),
+        **dict(candidate_names=["bug"], dtype_names="bf16", shape=shape, seeds=[0]),
+        **dict(check_names=["shape_sweep"], sweeps=False, isolate=True),
+    ).results
+    assert res.status == "fail", res.message
+    assert res.message.startswith(f"at {WIDE_BLOCK_ROWS} rows at vocab=2560"), res.message
+    assert "first at row 131070" in res.message, res.message
+    # in process no budget can be set: the lead of 65,537 rows instead, and it says so
+    res = run_one(cat, "logp", "bug", "shape_sweep", "bf16", shape, seeds=[0])
+    assert res.status == "pass", res.message
+    assert [f"{WIDE_BLOCK_ROWS} rows at vocab=2560, with grad"] == [
+        part for part, _ in res.metrics["not_judged"] if part.startswith(str(WIDE_BLOCK_ROWS))
+    ]
+
+
 @pytest.mark.slow  # two CLI runs of the sweep
 def test_the_printed_repro_of_a_far_rows_failure_reproduces(tmp_path):
     """From the command line, as a user spec adds the kernel: the report's repro (the
     case's own flags, ``--checks shape_sweep``) fails again at the far rows."""
     failed = failed_sweep_reproduces("planted_grid_cap.toml", "grid-cap", tmp_path)
-    assert f"at {LONG_ROWS} rows at vocab=2560" in failed["message"]
+    assert f"at {WIDE_BLOCK_ROWS} rows at vocab=2560" in failed["message"]  # bf16: narrowest
 
 
 def test_a_path_past_the_cap_that_forgets_eps_fails_in_the_big_batch_case(catalog):
@@ -93,3 +118,11 @@ def test_an_op_whose_output_sums_over_rows_lists_the_far_rows_as_not_checked(cat
     assert plan.not_planned.get(lead) == "output logp is not row-wise"
     no_sweep = api.plan(ops, "logp", candidate_names=["torch"], check_names="contract")
     assert lead not in no_sweep.not_planned
+
+
+def test_the_plan_lists_the_dtypes_the_two_row_block_lead_leaves_out(catalog):
+    gap = f"shape_sweep's {WIDE_BLOCK_ROWS}-row lead (65,535 blocks of two rows) at fp32, fp16"
+    plan = api.plan(catalog, "logp", candidate_names=["torch"], device="cpu")
+    assert plan.not_planned.get(gap, "").startswith("judged at bf16 alone"), plan.not_planned
+    bf16 = api.plan(catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="bf16")
+    assert not any(str(WIDE_BLOCK_ROWS) in k for k in bf16.not_planned)
