@@ -58,28 +58,35 @@ class _LinearLogp(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        hidden, weight, target, logits = ctx.saved_tensors
-        h = hidden.float().reshape(-1, hidden.shape[-1])
-        w = weight.float()
+        _, _, target, logits = ctx.saved_tensors
         with torch.enable_grad():
             x = logits.detach().requires_grad_(True)
             out = logp(x, target.reshape(-1))
             (g_logits,) = torch.autograd.grad(out, x, grad.reshape(-1).float())
-        d_hidden = torch.empty_like(h)
-        for sl in _row_chunks(h.shape[0], w.numel()):
-            # [t, H, V]: each hidden gradient element sums over V in a fixed order
-            prod = (g_logits[sl, :, None] * w[None, :, :]).transpose(1, 2)
-            d_hidden[sl] = fixed_order_row_sum(prod)
-        d_weight = _weight_gradient(g_logits, h)
-        d_bias = None
-        if ctx.needs_input_grad[3]:  # sums over the tokens, in a fixed order
-            d_bias = fixed_order_row_sum(g_logits.T.contiguous()).to(ctx.bias_dtype)
-        return (
-            d_hidden.to(hidden.dtype).view(hidden.shape),
-            d_weight.to(weight.dtype),
-            None,
-            d_bias,
-        )
+        return gradients_from_logits(ctx, g_logits)
+
+
+def gradients_from_logits(ctx, g_logits: torch.Tensor) -> tuple:
+    """The backward's results from the logits' gradient [N, V] (fp32): d_hidden, d_weight
+    and d_bias (where asked), each element a fixed-order sum."""
+    hidden, weight, _, _ = ctx.saved_tensors
+    h = hidden.float().reshape(-1, hidden.shape[-1])
+    w = weight.float()
+    d_hidden = torch.empty_like(h)
+    for sl in _row_chunks(h.shape[0], w.numel()):
+        # [t, H, V]: each hidden gradient element sums over V in a fixed order
+        prod = (g_logits[sl, :, None] * w[None, :, :]).transpose(1, 2)
+        d_hidden[sl] = fixed_order_row_sum(prod)
+    d_weight = _weight_gradient(g_logits, h)
+    d_bias = None
+    if ctx.needs_input_grad[3]:  # sums over the tokens, in a fixed order
+        d_bias = fixed_order_row_sum(g_logits.T.contiguous()).to(ctx.bias_dtype)
+    return (
+        d_hidden.to(hidden.dtype).view(hidden.shape),
+        d_weight.to(weight.dtype),
+        None,
+        d_bias,
+    )
 
 
 def linear_logp(

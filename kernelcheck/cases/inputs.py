@@ -23,6 +23,8 @@ from kernelcheck.spec.model import InputSpec, OpSpec, eval_dim_expr
 MASKED_FRACTION = 0.3
 # an lm row's selected entry holds 1 - 10^-u of its softmax, u uniform in this range
 CONFIDENT_LOG10_Q = (0.3, 3.0)
+CONFIDENT_NEWTON_STEPS = 12  # from c = 0: ~40 nats to climb at most, quadratic near the root
+CONFIDENT_MAX_C = 100.0  # a hidden row moved by at most 100 of its target's weight rows
 # In a 16-bit case another lm row in four has its selected entry this many nats below the
 # logsumexp, uniform: a probability subnormal in fp32 (e^-87.3 to e^-103.3). Its dtype
 # rounds the logit by at most 0.25 there. Not in fp32 cases: there the contract's 1e-5 is
@@ -329,6 +331,8 @@ def make_inputs(
         if part == "lm":
             salted = salt + (str(k) if len(parts) > 1 else "")
             _confident(op, out, seed, salted, slice(k, None, len(parts)), dtype)
+            if dtype in ("bf16", "fp16"):
+                _confident_through(op, out, seed, salted, slice(k, None, len(parts)))
     for spec in op.inputs:
         if spec.values == "related":
             drawn = draw.related(spec, out[spec.related_to])
@@ -427,6 +431,9 @@ class _Draw:
                 if len(parts) == 1
                 else _key(self.seed, part, spec.name, self.salt, str(k))
             )
+            # an lm_head's input (logits_with) is drawn normal: `lm` then moves its rows
+            # (_confident_through), where logit-sized hidden states would make no sense
+            part = "normal" if part == "lm" and spec.logits_with else part
             # straight into its rows: a Qwen3-sized trial is never held twice
             draw_float(count, inner, part, self.dtype_of(spec), key, out=t[k :: len(parts)])
         return t
@@ -622,6 +629,66 @@ def _confident(
         if dtype in ("bf16", "fp16"):
             gen = _generator(seed, "deep", spec.name, salt)
             _set_selected(rows[1::4], selected[1::4], gen, deep)
+
+
+def _confident_through(
+    op: OpSpec, tensors: dict[str, torch.Tensor], seed: int, salt: str, rows_of: slice
+) -> None:
+    """`lm` rows of an input whose logits are ``x @ weight.T`` (``logits_with``: an
+    lm_head's hidden states): every other row moved along the selected token's weight
+    row, ``x + c w_t``, until that token holds p = 1 - 10^-u of the logits' softmax (u
+    uniform in CONFIDENT_LOG10_Q), as :func:`_confident` sets a logits row's entry: an RL
+    rollout's own sampled token mostly is that confident, and a backward that forms its
+    gradient g (1 - p) from a 16-bit p (Liger's fused linear cross-entropy adds g to the
+    stored 16-bit -g p) loses its digits there. In 16-bit cases only: in fp32 an honest
+    gradient there is as far off as its logits' rounding amplified by 1 / (1 - p) (the
+    shipped `torch` candidate's fixed-order dot products: up to 25x a BLAS reference's
+    error at p = 0.999), where no precision judgment holds. c by Newton's method in float64 (the
+    log-odds are concave in c: the steps rise to the root), the row rounded once; a bias
+    (where on) shifts the logits by its own draws after this."""
+    low, high = CONFIDENT_LOG10_Q
+    for spec in op.inputs:
+        if spec.logits_with is None or spec.values != "case":
+            continue
+        weight = tensors[spec.logits_with].double()
+        vocab = op.input(spec.logits_with).shape[0]
+        index = next(i for i in op.inputs if i.values == "index" and i.index_of == vocab)
+        x = tensors[spec.name]
+        rows = x.view(-1, x.shape[-1])[rows_of][::2]
+        ids = tensors[index.name].reshape(-1)[rows_of][::2]
+        gen = _generator(seed, "confident", spec.name, salt)
+        u = torch.rand(rows.shape[0], generator=gen, dtype=torch.float64)
+        q = torch.pow(10.0, -(u * (high - low) + low))
+        odds = torch.log((1 - q) / q)
+        step = max(1, DRAW_CHUNK_ELEMENTS // max(1, weight.shape[0]))
+        for start in range(0, rows.shape[0], step):
+            at = slice(start, start + step)
+            _moved_to_odds(rows[at], ids[at], weight, odds[at])
+
+
+def _moved_to_odds(rows: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, odds) -> None:
+    """``rows`` (in place) moved along ``weight[ids]`` until each selected logit's
+    log-odds against the others' logsumexp is ``odds``; rows of an id out of range stay."""
+    ok = (ids >= 0) & (ids < weight.shape[0])
+    t = torch.where(ok, ids, 0).long()
+    h, toward = rows.double(), weight[t]
+    logits, along = h @ weight.T, toward @ weight.T  # the logits, and their rate in c
+    c = torch.zeros(h.shape[0], dtype=torch.float64)
+    other = torch.ones_like(logits, dtype=torch.bool).scatter_(1, t[:, None], False)
+    for _ in range(CONFIDENT_NEWTON_STEPS):
+        z = logits + c[:, None] * along
+        zt, rate_t = z.gather(1, t[:, None])[:, 0], along.gather(1, t[:, None])[:, 0]
+        zo = z.masked_fill(~other, float("-inf"))
+        f = zt - torch.logsumexp(zo, 1) - odds
+        rate = rate_t - (torch.softmax(zo, 1) * along).sum(1)
+        step = f / rate
+        # a row whose other weight rows outgrow the target's (tiny hidden sizes) may never
+        # get there: its c stops where the rate does, and the row stays unmoved
+        go = (rate > 0) & torch.isfinite(step)
+        c = torch.where(go, (c - step).clamp(0.0, CONFIDENT_MAX_C), c)
+    done = ok & go & (f.abs() < 0.5) & torch.isfinite(f)
+    moved = h + torch.where(done, c, 0.0)[:, None] * toward
+    rows.copy_(torch.where(torch.isfinite(moved).all(1, keepdim=True), moved, h).to(rows.dtype))
 
 
 def _set_selected(rows: torch.Tensor, selected: torch.Tensor, gen, log_odds) -> None:

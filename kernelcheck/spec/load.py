@@ -74,6 +74,7 @@ _INPUT_KEYS = {
     "when",
     "related_to",
     "perturbation",
+    "logits_with",
 }
 _CANDIDATE_KEYS = {
     "name",
@@ -208,10 +209,7 @@ def parse_op(raw: dict, path: Path) -> OpSpec:
     if len(set(names)) != len(names):
         raise SpecError(path, "input", "duplicate input names")
     for inp in inputs:
-        if inp.index_into and inp.index_into not in names:
-            raise SpecError(
-                path, f"input.{inp.name}.index_into", f"unknown input {inp.index_into!r}"
-            )
+        _check_references(inp, inputs, path)
     _check_related(inputs, path)
     outputs = tuple(
         _parse_output(t, path, i, dims, names) for i, t in enumerate(_tables(raw, "output", path))
@@ -523,6 +521,7 @@ def _parse_input(t: dict, path: Path, i: int, dims: dict[str, Dim]) -> InputSpec
         when=_get(t, "when", str, path, key, default=None),
         related_to=related_to,
         perturbation=perturbation,
+        logits_with=_get(t, "logits_with", str, path, key, default=None),
     )
 
 
@@ -1089,3 +1088,18 @@ def _names(types) -> str:
     words = {int: "an integer", float: "a number", str: "a string", dict: "a table",
              list: "a list", bool: "true or false"}  # fmt: skip
     return " or ".join(words.get(t, t.__name__) for t in types)
+
+
+def _check_references(inp: InputSpec, inputs, path: Path) -> None:
+    """``index_into`` names an input; ``logits_with`` a 2-D input whose first dim an index
+    input selects and whose second is this input's last (the rows meet in ``x @ weight.T``)."""
+    if inp.index_into and inp.index_into not in [i.name for i in inputs]:
+        raise SpecError(path, f"input.{inp.name}.index_into", f"unknown input {inp.index_into!r}")
+    if inp.logits_with is None:
+        return
+    key = f"input.{inp.name}.logits_with"
+    weight = next((i for i in inputs if i.name == inp.logits_with), None)
+    if weight is None or len(weight.shape) != 2 or weight.shape[1] != inp.shape[-1]:
+        raise SpecError(path, key, f"expected a [vocab, {inp.shape[-1]}] input's name")
+    if not any(i.values == "index" and i.index_of == weight.shape[0] for i in inputs):
+        raise SpecError(path, key, f"no index input selects a row of {weight.name!r}")

@@ -60,6 +60,10 @@ class InputSpec:
     # a bool attribute that switches this input on: drawn and passed only where it is true
     # (logp's optional mask: existing candidates never see it at the default, false)
     when: str | None = None
+    # the weight input whose rows this one's rows meet in the logits (x @ weight.T: an
+    # lm_head): in `lm` rows, normal rows moved along the selected token's weight row until
+    # it is confident, as an `lm` logits row's selected entry is (cases/inputs.py)
+    logits_with: str | None = None
 
     def scale_at(self, sizes: Mapping[str, int]) -> float:
         """The factor of one case's draws (a formula evaluated at its sizes)."""

@@ -452,3 +452,38 @@ def test_edges_rows_hold_their_largest_entries_at_their_ends(width):
     if width > 1000:  # normal entries of std 4, placed, not scaled
         assert 3.8 < float(x.std()) < 4.2
     assert draw_float(3, (width,), "edges", "fp32", 11).equal(x)  # seeded
+
+
+@pytest.mark.parametrize("hidden", [64, 1024])
+def test_lm_hidden_states_make_every_other_selected_token_confident(catalog, hidden):
+    """linear_logp's `lm` rows (logits_with = "weight"): normal hidden states, every other
+    one moved along its target's lm_head row until the target holds p = 0.5 to 0.999."""
+    op = catalog.ops["linear_logp"]
+    sizes = {"tokens": 32, "hidden": hidden, "vocab": 1000}
+    inputs = make_inputs(op, sizes, "bf16", 0, "lm")
+    h, w, t = inputs["hidden"].double(), inputs["weight"].double(), inputs["target"]
+    p = torch.softmax(h @ w.T, -1).gather(1, t[:, None])[:, 0]
+    assert bool(((p[::2] > 0.45) & (p[::2] < 0.9995)).all()), p[::2]
+    assert float(p[1::2].max()) < 0.05  # the others as drawn: normal rows
+    normal = make_inputs(op, sizes, "bf16", 0, "normal")["hidden"]
+    assert 0.8 < float(normal.float().std()) < 1.2
+    # fp32: normal rows alone (an honest fp32 gradient there is as far off as its logits'
+    # rounding amplified by 1 / (1 - p))
+    fp32 = make_inputs(op, sizes, "fp32", 0, "lm")
+    p32 = torch.softmax(fp32["hidden"].double() @ fp32["weight"].double().T, -1)
+    assert float(p32.gather(1, fp32["target"][:, None]).max()) < 0.05
+
+
+@pytest.mark.parametrize("hidden,vocab", [(1, 16), (4, 16), (16, 3072)])
+def test_lm_hidden_states_stay_finite_where_no_move_makes_the_target_confident(
+    catalog, hidden, vocab
+):
+    """At a tiny hidden size another weight row may outgrow the target's along every
+    direction: Newton's steps stop there and the row stays as drawn, never inf or NaN
+    (the shape sweep's hidden=4 once drew a NaN gold)."""
+    op = catalog.ops["linear_logp"]
+    for seed in range(4):
+        inputs = make_inputs(
+            op, {"tokens": 5, "hidden": hidden, "vocab": vocab}, "bf16", seed, "lm"
+        )
+        assert bool(torch.isfinite(inputs["hidden"].float()).all()), seed

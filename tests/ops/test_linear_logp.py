@@ -7,7 +7,7 @@ import torch
 
 from kernelcheck import api
 from kernelcheck.ops import linear_logp
-from tests.conftest import FIXTURES, run_one
+from tests.conftest import FIXTURES, run_one, with_op_candidate
 
 SMALL = {"tokens": 32, "hidden": 32, "vocab": 500}
 
@@ -72,6 +72,21 @@ def test_a_frozen_paths_precision_is_judged():
     ok = run_one(planted, "linear_logp", bug, "backward_accuracy", "bf16", grid)
     assert ok.status == "pass", ok.message
     honest = run_one(planted, "linear_logp", "torch", "backward_precision", "bf16", grid)
+    assert honest.status == "pass", honest.message
+
+
+@pytest.mark.parametrize("dist", ["normal", "lm"])
+def test_a_target_gradient_from_a_16_bit_softmax_fails_on_confident_tokens(catalog, dist):
+    """`lm` rows hold a confident target (hidden states moved along its lm_head row): a
+    fused backward that adds g to the 16-bit -g p there loses most of g (1 - p); on
+    `normal` rows (p ~ 1/V) it passes. The honest candidate passes both."""
+    cat = with_op_candidate(
+        catalog, "linear_logp", "bug", "broken_linear_logp:target_grad_from_16_bit_softmax"
+    )
+    shape, kw = {"tokens": 64, "hidden": 64, "vocab": 1000}, dict(distributions=dist, seeds=[0])
+    bad = run_one(cat, "linear_logp", "bug", "backward_precision", "bf16", shape, **kw)
+    assert bad.status == ("fail" if dist == "lm" else "pass"), bad.message
+    honest = run_one(cat, "linear_logp", "torch", "backward_precision", "bf16", shape, **kw)
     assert honest.status == "pass", honest.message
 
 

@@ -255,6 +255,13 @@ BAD = [
         "candidate.a.in_range",
         "never passes an out-of-range target; drop it",
     ),
+    (
+        LOGP_HEAD.replace(
+            'shape = ["batch", "vocab"]', 'shape = ["batch", "vocab"]\nlogits_with = "target"'
+        ),
+        "input.logits.logits_with",
+        "expected a [vocab, vocab] input's name",
+    ),
 ]
 
 
