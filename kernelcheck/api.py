@@ -332,13 +332,18 @@ def _far_rows_gap(spec: OpSpec, dts: list[str], checks) -> dict[str, str]:
         return {f"shape_sweep's {LONG_ROWS}-row lead at its widest row": why}
     if not swept_dims(spec):
         return {}
-    narrowest = narrowest_dtype(spec)
-    at = dtypes.canonical(narrowest) or narrowest
-    others = [d for d in dts if d != at]
+    at, others = _narrowest_and_others(spec, dts)
     if not others:
         return {}
     what = f"shape_sweep's {WIDE_BLOCK_ROWS}-row lead (65,535 blocks of two rows) at "
     return {what + ", ".join(others): f"judged at {at} alone (twice the {LONG_ROWS}-row lead)"}
+
+
+def _narrowest_and_others(spec: OpSpec, dts: list[str]) -> tuple[str, list[str]]:
+    """The grid's narrowest dtype (where the largest leads run) and the planned others."""
+    narrowest = narrowest_dtype(spec)
+    at = dtypes.canonical(narrowest) or narrowest
+    return at, [d for d in dts if d != at]
 
 
 def _huge_rows_gap(spec: OpSpec, dts: list[str], checks, sweeps: bool) -> dict[str, str]:
@@ -352,9 +357,7 @@ def _huge_rows_gap(spec: OpSpec, dts: list[str], checks, sweeps: bool) -> dict[s
     why = far_rows_unjudged(spec) or (None if shape else "no row-wise float input is wide enough")
     if why:
         return {what: why}
-    narrowest = narrowest_dtype(spec)
-    at = dtypes.canonical(narrowest) or narrowest
-    others = [d for d in dts if d != at]
+    at, others = _narrowest_and_others(spec, dts)
     gaps = {f"{what} (2^32 and past)": "judged past 2^31 elements only (a signed 32-bit offset)"}
     if sweeps and spec.attribute_sweeps:
         gaps[f"{what} at the attribute sweeps' values"] = "judged at the grid's attributes"

@@ -185,12 +185,12 @@ class Determinism(Check):
             ),
         ]
         pairs = [p for p in pairs if p[1] in runs]
-        differ = [p for p in pairs if self._compare(runs["trial"][p[0]], runs[p[1]][p[0]])]
+        found = [(p, self._compare(runs["trial"][p[0]], runs[p[1]][p[0]])) for p in pairs]
+        differ = [(p, detail) for p, detail in found if detail]
         if differ and not self._reproduced(runs, run_all(), pairs):
             self.unconfirmed += 1  # the processes disagree among themselves: no verdict
             if self.unconfirmed_first is None:
-                part, first, run = differ[0]
-                detail = self._compare(runs["trial"][part], runs[first][part])
+                (_, _, run), detail = differ[0]
                 self.unconfirmed_first = f"{run} {detail} vs {BASE} [seed {seed}, {dist}]"
             return
         for part, first, run in pairs:

@@ -525,9 +525,7 @@ class ShapeSweep(Check):
             self.progress(label)
             where = shape_flag(sizes)
             if self._judge_within_budget(label, where, sizes, seed, dist, placed_rows, False):
-                return
-            if self.failed is not None:
-                return
+                return  # judged (a failure too: its one try was judged)
         label, sizes = far_rows_shape(self.ctx.op, LONG_ROWS)
         self.progress(label)
         self.shapes += 1
