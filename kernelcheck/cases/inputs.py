@@ -58,7 +58,8 @@ DISTRIBUTIONS = {
     "catches a missing max subtraction",
     "masked": "30% of entries masked (RL vocab masking) with -inf, or in every other row with "
     "the dtype's lowest finite value (HF's masked_fill), in a third of the rows half the row in "
-    "one run (the first columns, a padded vocab's tail), never the target",
+    "one run (the first columns, a padded vocab's tail), never the target; a related input "
+    "(a reference model's logits) finite at the base's -inf columns in rows 2 and 3 of every 4",
     "equal": "all entries of a row equal: catches off-by-one sums and bad tie handling",
     "heavy": "Student-t (2 dof), clipped to +-20: rare large entries dominate the sum",
     "lm": "LM-like logits: std 4-8 per row and a peaked head of 8 tokens near the tail's top; "
@@ -452,7 +453,32 @@ class _Draw:
         noise.add_(self.offsets(spec, n).view(n, *([1] * len(inner))))
         t = (self.empty or torch.empty)((n, *inner), dtype=dtypes.torch_dtype(self.dtype_of(spec)))
         t.copy_(noise.add_(base.reshape(noise.shape).float()))
+        if self.op.is_row_wise(spec):
+            self.unmasked(spec, t.view(n, math.prod(inner)))
         return self.scaled(spec, t)
+
+    def unmasked(self, spec: InputSpec, rows: torch.Tensor) -> None:
+        """In rows 2 and 3 of every 4 of each `masked` part, entries that are +-inf in
+        the base (half those rows: the others are masked with the lowest finite value)
+        get a standard normal draw: a reference model without the policy's logits
+        processor (a frozen reference, a vocab tail padded on the actor only) is finite
+        where the policy is masked. A one-pass kernel that skips the policy's masked
+        columns in the reference's logsumexp too is off by a tenth of a nat there."""
+        parts = parts_of(self.dist)
+        step = max(1, DRAW_CHUNK_ELEMENTS // max(1, rows.shape[1]))
+        for k, part in enumerate(parts):
+            if part != "masked":
+                continue
+            gen = _generator(self.seed, self.dist, spec.name, self.salt, "unmasked", str(k))
+            mine = rows[k :: len(parts)]
+            chosen = torch.arange(mine.shape[0]) % 4 >= 2
+            for start in range(0, mine.shape[0], step):
+                chunk = mine[start : start + step][chosen[start : start + step]]
+                hidden = torch.isinf(chunk)
+                if bool(hidden.any()):
+                    fill = torch.randn(chunk.shape, generator=gen).to(chunk.dtype)
+                    chunk[hidden] = fill[hidden]
+                    mine[start : start + step][chosen[start : start + step]] = chunk
 
     def perturbation(self, spec: InputSpec, n: int) -> torch.Tensor:
         """Each row's perturbation std: the spec's, but DRIFT_RANGE (uniform by row) in

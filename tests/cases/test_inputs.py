@@ -323,8 +323,9 @@ RATIO_KL_SIZES = {"batch": 64, "vocab": 257}
 @pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
 def test_related_logits_stay_a_fraction_of_a_nat_from_their_input(catalog, dtype):
     """ratio_kl's reference logits are the policy's plus N(0, 0.5^2), rounded once, in
-    every distribution: the same -inf (masked) entries, and a KL below a few nats where
-    independent draws put policy and reference thousands of nats apart (large)."""
+    every distribution: the same -inf (masked) entries (but in `masked` rows 2 and 3 of
+    every 4, finite there), and a KL below a few nats where independent draws put policy
+    and reference thousands of nats apart (large)."""
     from kernelcheck.ops import ratio_kl
 
     op = catalog.op("ratio_kl")
@@ -332,7 +333,9 @@ def test_related_logits_stay_a_fraction_of_a_nat_from_their_input(catalog, dtype
         x = make_inputs(op, RATIO_KL_SIZES, dtype, 0, dist)
         pol, ref = x["policy_logits"].double(), x["ref_logits"].double()
         finite = torch.isfinite(pol)
-        assert torch.equal(finite, torch.isfinite(ref)), dist
+        unmasked = torch.arange(pol[..., 0].numel()).view(pol.shape[:-1]) % 4 >= 2
+        alike = (finite == torch.isfinite(ref)) | (unmasked[..., None] & (dist == "masked"))
+        assert alike.all() and torch.isfinite(ref[finite]).all(), dist
         diff = (ref - pol)[finite]
         assert float(diff.abs().max()) < 3.5, (dist, float(diff.abs().max()))
         ids, mask = x["action_ids"], x["attention_mask"]

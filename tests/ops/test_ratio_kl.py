@@ -93,6 +93,38 @@ def test_a_kl_bug_of_far_references_fails_on_drifted_rows_only(catalog, bug):
         assert want == "pass" or "output:kl" in res.message, res.message
 
 
+def test_a_reference_sum_skipping_the_policy_masked_columns_fails_on_masked_rows(catalog):
+    """A round-16 red team's one-pass kernel skips the policy's -inf columns in the
+    reference's logsumexp too. Exact while the reference is masked alike; `masked` rows
+    2 and 3 of every 4 hold a reference finite there (no shared logits processor). The
+    honest one passes."""
+    planted = api.load_catalog([FIXTURES / "planted_ratio_kl.toml"])
+    for dist, cand, want in (
+        ("normal", "reference-sum-over-policy-columns", "pass"),
+        ("masked", "reference-sum-over-policy-columns", "fail"),
+        ("masked", "torch", "pass"),
+    ):
+        res = run_one(planted, "ratio_kl", cand, "forward_accuracy", "fp32", SMALL,
+                      distributions=[dist])  # fmt: skip
+        assert res.status == want, (dist, cand, res.message)
+        assert want == "pass" or "output:kl" in res.message, res.message
+
+
+def test_masked_references_are_finite_at_the_policy_masked_columns_in_a_row_in_four():
+    from kernelcheck.cases.inputs import make_inputs
+
+    op = api.load_catalog().ops["ratio_kl"]
+    inputs = make_inputs(op, {"batch": 16, "vocab": 257}, "bf16", 1, "masked")
+    policy, ref = inputs["policy_logits"], inputs["ref_logits"]
+    masked = torch.isinf(policy).any(-1)
+    alike = (torch.isinf(ref) == torch.isinf(policy)).all(-1)
+    finite = torch.isfinite(ref).all(-1)
+    rows = torch.arange(16) % 4 >= 2
+    assert masked.sum() >= 6
+    assert (finite[masked & rows]).all() and (alike[masked & ~rows]).all()
+    assert (masked & rows).sum() >= 2
+
+
 def test_drifted_references_sit_above_and_below_the_policy():
     from kernelcheck.cases.inputs import make_inputs
 
