@@ -44,12 +44,15 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   In the grid's narrowest dtype's case (``narrowest_dtype``) it has ``WIDE_BLOCK_ROWS``
   (131,071) rows: past 65,535 blocks of two rows, as a launcher that packs 8,192
   elements a block puts two rows of 2,560 in one (a round-16 red team's rms_norm).
-- one lead past 2^31 elements (``huge_rows_shape``: logp 14,234 rows at 151,552), once per
-  candidate, in the grid's narrowest dtype's case (``narrowest_dtype``: bf16): a flat
-  element offset kept in a signed 32-bit int wraps there. Judged as the far-rows lead,
-  but mirrored in virtual memory (``cases/mirrored.py``: 4 GiB read, a few hundred rows
-  held); a call past its memory budget (a third of the memory available) is retried
-  forward only, then left unjudged, and the result's ``not_judged`` says so.
+- one lead past 2^31 elements (``huge_rows_shape``: logp 14,234 rows at 151,552), and one
+  of 524,352 rows at 2,048 (past 65,535 blocks of 16,384 elements, however many rows a
+  launcher packs in one: eight of 2,048), once per candidate, in the grid's narrowest
+  dtype's case (``narrowest_dtype``: bf16): a flat element offset kept in a signed 32-bit
+  int wraps at the first, a launch of 65,535 blocks never reaches the second's last rows.
+  Judged as the far-rows lead, but mirrored in virtual memory (``cases/mirrored.py``: 4
+  GiB read, a few hundred rows held); a call past its memory budget (a third of the
+  memory available) is retried forward only, then left unjudged, and the result's
+  ``not_judged`` says so.
 
 Each shape is judged like ``forward_accuracy`` and ``backward_accuracy`` (the same
 contract tolerance, against the float64 gold), then like ``forward_precision`` and
@@ -137,6 +140,13 @@ FAR_INNER = 2560
 # so the batch can be mirrored in virtual memory (cases/mirrored.py)
 HUGE_ELEMENTS = 1 << 31
 HUGE_INNER = 151_936
+# the narrow huge lead: the narrowest 16-bit row of whole pages (2,048, Qwen3-1.7B's
+# hidden), 2^19 rows past JUDGED: past 65,535 blocks of 16,384 elements (eight such rows),
+# so a launcher of 65,535 blocks of any size up to that, however many rows it packs in a
+# block, never reaches its last rows; half the elements of the rows past 2^31, so a
+# candidate that upcasts its whole input to fp32 (4 GiB) stays within its memory budget
+NARROW_HUGE_INNER = PAGE_ELEMENTS_16
+NARROW_HUGE_ELEMENTS = 1 << 30
 HOT_CALLS = 32  # calls of each hot shape before its forward is judged again
 WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept size
 WIDE_ELEMENTS = 1 << 22  # a wide batch's elements, its rows within WIDE_ROWS
@@ -252,11 +262,25 @@ def far_rows_shape(op: OpSpec, rows: int = LONG_ROWS) -> tuple[str, dict[str, in
     return f"{rows} rows at {widest}={size}", sizes
 
 
-def huge_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]] | None:
-    """(label, sizes) of the huge lead: the widest inner dim of the row-wise float inputs
-    at HUGE_INNER (within its ``sweep_max``, a multiple of PAGE_ELEMENTS_16), the others as
-    in the far-rows lead, and enough rows past JUDGED that the last JUDGED rows of the
-    widest row-wise input start past HUGE_ELEMENTS elements; None where no row-wise float
+def huge_rows_shapes(op: OpSpec) -> list[tuple[str, dict[str, int]]]:
+    """The huge leads (:func:`huge_rows_shape`): past 2^31 elements at HUGE_INNER (a flat
+    offset wraps in a row of a real vocabulary), and past 65,535 blocks of 16,384 elements
+    at NARROW_HUGE_INNER, each once."""
+    narrow = (NARROW_HUGE_INNER, NARROW_HUGE_ELEMENTS, "past 65,535 blocks of 16,384 elements")
+    found = [huge_rows_shape(op), huge_rows_shape(op, *narrow)]
+    return [s for s in found if s is not None]
+
+
+def huge_rows_shape(
+    op: OpSpec,
+    inner_size: int = HUGE_INNER,
+    elements: int = HUGE_ELEMENTS,
+    why: str = "past 2^31 elements",
+) -> tuple[str, dict[str, int]] | None:
+    """(label, sizes) of a huge lead: the widest inner dim of the row-wise float inputs
+    at ``inner_size`` (within its ``sweep_max``, a multiple of PAGE_ELEMENTS_16), the others
+    as in the far-rows lead, and enough rows past JUDGED that the last JUDGED rows of the
+    widest row-wise input start past ``elements`` elements; None where no row-wise float
     input has an inner dim, or its ``sweep_max`` is below PAGE_ELEMENTS_16."""
     rowwise = [i for i in op.inputs if op.is_row_wise(i) and i.dtype in ("case", "float32")]
     dims = {d for i in rowwise for d in i.shape[len(op.lead) :] if d in op.dims}
@@ -264,14 +288,14 @@ def huge_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]] | None:
         return None
     inner = {d: op.dims[d].default for d in swept_dims(op)}
     widest = max(sorted(dims), key=lambda d: inner.get(d, 0))
-    size = min(HUGE_INNER, op.dims[widest].sweep_max or HUGE_INNER)
+    size = min(inner_size, op.dims[widest].sweep_max or inner_size)
     size -= size % PAGE_ELEMENTS_16
     if size < PAGE_ELEMENTS_16:
         return None
     sizes = {**_other_inner(inner, widest), widest: size}
     per_row = max(math.prod(sizes.get(d, 1) for d in i.shape[len(op.lead) :]) for i in rowwise)
-    rows = -(-HUGE_ELEMENTS // per_row) + JUDGED
-    return f"{rows} rows at {widest}={size} (past 2^31 elements)", {
+    rows = -(-elements // per_row) + JUDGED
+    return f"{rows} rows at {widest}={size} ({why})", {
         **lead_sizes(op, rows),
         **sizes,
     }
@@ -415,22 +439,23 @@ class ShapeSweep(Check):
         return full or (self.ctx.at_first_dtype() and self.ctx.is_big_batch_case())
 
     def _judge_huge_rows(self, seed: int, dist: str) -> None:
-        """The huge lead (:func:`huge_rows_shape`), mirrored, judged at its first and last
-        rows (``checks/huge_rows.py``): with grad where the backward is judged (its
+        """The huge leads (:func:`huge_rows_shapes`), mirrored, each judged at its first and
+        last rows (``checks/huge_rows.py``): with grad where the backward is judged (its
         outputs too), else, or where that call runs out of its memory budget, forward
         only; unjudged where that does too, and the result says so."""
-        shape = huge_rows_shape(self.ctx.op)
-        if shape is None or far_rows_unjudged(self.ctx.op) is not None:
+        if far_rows_unjudged(self.ctx.op) is not None:
             return  # the plan lists it as not checked
-        label, sizes = shape
-        why = mirroring_available()
-        if why is not None:
-            self.unjudged.append([label, why])
-            return
-        self.progress(label)
-        # an ordinary case of it would take a float64 gold of 2^31 elements
-        where = f"its first and last {JUDGED} rows; the repro reruns it"
-        self._judge_within_budget(label, where, sizes, seed, dist, mirrored_placement)
+        for label, sizes in huge_rows_shapes(self.ctx.op):
+            why = mirroring_available()
+            if why is not None:
+                self.unjudged.append([label, why])
+                continue
+            self.progress(label)
+            # an ordinary case of it would take a float64 gold of 2^31 elements
+            where = f"its first and last {JUDGED} rows; the repro reruns it"
+            self._judge_within_budget(label, where, sizes, seed, dist, mirrored_placement)
+            if self.failed is not None:
+                return
 
     def _judge_within_budget(
         self, label: str, where: str, sizes: dict, seed: int, dist: str, place, retry=True

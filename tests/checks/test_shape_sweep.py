@@ -17,6 +17,7 @@ from kernelcheck.checks.shape_sweep import (
     WIDE_ELEMENTS,
     WIDE_ROWS,
     huge_rows_shape,
+    huge_rows_shapes,
     is_hot,
     joint_shape,
     narrowest_dtype,
@@ -358,30 +359,57 @@ def _huge_lead_alone(monkeypatch, own_process: bool = True) -> None:
         monkeypatch.setattr(shape_sweep, "call_alone_within_budget", lambda d, own: guard(d, True))
 
 
-def test_the_huge_lead_passes_2_31_elements_in_the_grids_narrowest_dtype(catalog):
+def test_the_huge_leads_pass_2_31_elements_in_the_grids_narrowest_dtype(catalog):
     for name, op in catalog.ops.items():
-        label, sizes = huge_rows_shape(op)
-        widest = max((n for n in sizes if n not in op.lead), key=sizes.get)
-        rows = math.prod(sizes[d] for d in op.lead if d in sizes)
-        assert (
-            sizes[widest] % PAGE_ELEMENTS_16 == 0 and (rows - JUDGED) * sizes[widest] >= 1 << 31
-        ), name
-        assert label.endswith("(past 2^31 elements)") and narrowest_dtype(op) == "bf16"
+        shapes = huge_rows_shapes(op)
+        assert len(shapes) == 2 and shapes[0] == huge_rows_shape(op), name
+        for _, sizes in shapes:
+            widest = max((n for n in sizes if n not in op.lead), key=sizes.get)
+            assert sizes[widest] % PAGE_ELEMENTS_16 == 0 and narrowest_dtype(op) == "bf16"
+        (wide, wide_sizes), (narrow, narrow_sizes) = shapes
+        widest = max((n for n in wide_sizes if n not in op.lead), key=wide_sizes.get)
+        rows = math.prod(wide_sizes[d] for d in op.lead if d in wide_sizes)
+        assert (rows - JUDGED) * wide_sizes[widest] >= 1 << 31, name
+        assert wide.endswith("(past 2^31 elements)"), name
+        rows = math.prod(narrow_sizes[d] for d in op.lead if d in narrow_sizes)
+        assert narrow_sizes[widest] == 2048 and rows - JUDGED > 65_535 * 8, name
+        assert narrow.endswith("(past 65,535 blocks of 16,384 elements)"), name
+
+
+def _huge_leads_on(catalog, monkeypatch, callable_: str):
+    """(catalog, result): logp's bf16 sweep of its huge leads alone, of a forward-only
+    candidate ``callable_``, its calls as in a case process of its own."""
+    from tests.conftest import with_op_candidate
+
+    _huge_lead_alone(monkeypatch)
+    cat = with_op_candidate(catalog, "logp", "bug", callable_, backward=False)
+    shape = dict(cat.ops["logp"].grid.shapes[0])
+    return cat, run_one(cat, "logp", "bug", "shape_sweep", "bf16", shape, seeds=[0])
+
+
+@pytest.mark.skipif(mirroring_available() is not None, reason="mirrored batches: Linux only")
+def test_a_launch_of_65535_blocks_of_16384_elements_fails_at_the_narrow_huge_lead(
+    catalog, monkeypatch
+):
+    """Eight rows of 2,048 a block reach 524,280 rows (four of 2,560: 262,140, past the
+    131,071-row lead): the narrow huge lead of 524,352 rows at 2,048 fails it at its
+    last rows."""
+    cat, res = _huge_leads_on(
+        catalog, monkeypatch, "grid_cap_bugs:logp_rows_in_16384_element_blocks"
+    )
+    assert res.status == "fail", res.message
+    label, _ = huge_rows_shapes(cat.ops["logp"])[1]
+    assert res.message.startswith(f"at {label} (its first and last {JUDGED} rows"), res.message
+    assert "first at row 524288: " in res.message, res.message  # the last 64 rows judged
 
 
 @pytest.mark.skipif(mirroring_available() is not None, reason="mirrored batches: Linux only")
 def test_a_32_bit_flat_offset_fails_past_2_31_elements(catalog, monkeypatch):
     """A logp reading its selected logit at ``row * V + t`` in int32: exact below 2^31
     elements, another logit past it (tests/fixtures/offset_bugs.py)."""
-    from tests.conftest import with_op_candidate
-
-    _huge_lead_alone(monkeypatch)
-    cat = with_op_candidate(
-        catalog, "logp", "bug", "offset_bugs:logp_int32_flat_offsets", backward=False
-    )
-    shape = dict(cat.ops["logp"].grid.shapes[0])
-    res = run_one(cat, "logp", "bug", "shape_sweep", "bf16", shape, seeds=[0])
+    cat, res = _huge_leads_on(catalog, monkeypatch, "offset_bugs:logp_int32_flat_offsets")
     assert res.status == "fail", res.message
+    shape = dict(cat.ops["logp"].grid.shapes[0])
     label, sizes = huge_rows_shape(cat.ops["logp"])
     assert res.message.startswith(f"at {label} (its first and last {JUDGED} rows; the repro")
     assert res.metrics["failing_check"] == "forward_accuracy"
@@ -422,7 +450,7 @@ def test_honest_candidates_pass_the_huge_lead_with_grad(catalog, candidate, monk
     shape = dict(catalog.ops["logp"].grid.shapes[0])
     res = run_one(catalog, "logp", candidate, "shape_sweep", "bf16", shape, seeds=[0])
     assert res.status == "pass", res.message
-    assert res.metrics["shapes"] == 1 and "not_judged" not in res.metrics
+    assert res.metrics["shapes"] == 2 and "not_judged" not in res.metrics
 
 
 @pytest.mark.slow  # two CLI runs of the bf16 sweep
