@@ -134,15 +134,17 @@ class Determinism(Check):
     def _pristine_process(self, trial: Trial, reference: list) -> None:
         """Pristine processes with other first calls, each compared with a pristine
         process whose first call was the case process's (the trial, no grad): one whose
-        first call is a rollout's (another row count's realistic rows, no grad), then
-        those rows' call and the trial's calls; one whose first call is a training step
-        (the trial's shape, with grad); one whose first call is in another dtype, and one
-        whose first call is a big batch (a decode batch, a micro-batch: hundreds of rows
-        where the grid has tens), each then the trial's calls. A choice fixed at a
-        process's first call and kept (an autotuner keyed on the vocab that splits rows
-        only while they cannot fill the SMs, a plan cached at the first batch size or
-        mode, a fast path left for a safe one at the first overflow: every case's first
-        trial holds overflowing rows) gives a rollout worker other bits than the
+        first call is a rollout's (another row count's realistic rows, no grad, at 1
+        thread: a rollout worker's), then those rows' call and the trial's calls; one
+        whose first call is a training step (the trial's shape, with grad); one whose
+        first call is in another dtype, and one whose first call is a big batch (a decode
+        batch, a micro-batch: hundreds of rows where the grid has tens, at ``threads``),
+        each then the trial's calls. A choice fixed at a process's first call and kept
+        (an autotuner keyed on the vocab that splits rows only while they cannot fill the
+        SMs, a split count read from the first call's thread count as a GPU kernel reads
+        the SM count once, a plan cached at the first batch size or mode, a fast path left
+        for a safe one at the first overflow: every case's first trial holds overflowing
+        rows) gives a rollout worker other bits than the
         trainer, or runs a path no call here took. Compared between pristine processes,
         never with this one: forks of one zygote, their memory laid out alike (a BLAS
         may pick its path by a buffer's address)."""
@@ -167,7 +169,10 @@ class Determinism(Check):
             }
 
         runs = run_all()
-        rollout = f"a pristine process whose first call was a rollout's (lead {one}, {drawn} rows):"
+        rollout = (
+            f"a pristine process whose first call was a rollout's (lead {one}, {drawn} rows, "
+            "at 1 thread):"
+        )
         pairs = [
             (0, "rollout", f"{rollout} that call"),
             (1, "rollout", f"{rollout} the trial's calls after it"),
@@ -181,7 +186,7 @@ class Determinism(Check):
                 1,
                 "batch",
                 f"a pristine process whose first call was a big batch's (lead {big}, {drawn} "
-                "rows): the trial's calls",
+                f"rows, at {self.params['threads']} threads): the trial's calls",
             ),
         ]
         pairs = [p for p in pairs if p[1] in runs]
@@ -372,16 +377,18 @@ def training_step(ctx: CaseContext, seed: int) -> tuple[list, dict]:
 
 def pristine_calls(ctx: CaseContext, seed: int, dist: str, lead: tuple | None, first: str):
     """Run in a pristine process: ``first`` ("trial": the trial's no-grad call, as a case
-    process's first call; "rollout": a call on first-call rows at ``lead``; "training": a
-    training step; "dtype": the case's rows in another dtype; "batch": a big batch of
-    first-call rows at ``lead``) as the candidate's first call, then (the rollout call's
-    outputs, the trial's calls as a repeat makes them, the training step's results;
-    these last only when on)."""
+    process's first call; "rollout": a call on first-call rows at ``lead`` at 1 thread;
+    "training": a training step; "dtype": the case's rows in another dtype; "batch": a big
+    batch of first-call rows at ``lead`` at ``threads``) as the candidate's first call,
+    then (the rollout call's outputs, the trial's calls as a repeat makes them, the
+    training step's results; these last only when on)."""
     trial = Trial(ctx, seed, dist)
     checker = Determinism(ctx)
 
-    def rollout():
-        return [("output", o.detach().cpu()) for o in ctx.call(first_inputs(ctx, seed, lead))]
+    def rollout(threads: int | None = None):
+        with torch_threads(threads or torch.get_num_threads()):
+            outs = ctx.call(first_inputs(ctx, seed, lead))
+        return [("output", o.detach().cpu()) for o in outs]
 
     def training():
         return checker._backward_results(*training_step(ctx, seed)) if ctx.grad else []
@@ -391,10 +398,10 @@ def pristine_calls(ctx: CaseContext, seed: int, dist: str, lead: tuple | None, f
     if first == "dtype":  # the case's rows in another dtype, then the trial's calls
         ctx.call(ctx.in_dtype(first_inputs(ctx, seed, ctx.lead), other_dtype(ctx)))
         return None, checker._repeat(trial), []
-    if first == "batch":  # a big batch's rows, then the trial's calls
-        ctx.call(first_inputs(ctx, seed, lead))
+    if first == "batch":  # a big batch's rows at ``threads``, then the trial's calls
+        rollout(int(checker.params["threads"]))
         return None, checker._repeat(trial), []
     if first == "trial":
         trial.own_call(ctx.call)
-    row, repeat = rollout(), checker._repeat(trial)
-    return row, repeat, training() if first == "trial" else []
+    row = rollout(1 if first == "rollout" else None)  # a rollout worker's single thread
+    return row, checker._repeat(trial), training() if first == "trial" else []

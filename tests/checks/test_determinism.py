@@ -84,6 +84,19 @@ def test_a_choice_fixed_while_rows_cannot_fill_the_sms_fails_after_a_big_first_c
     assert "first call was a big batch's (lead (512, 1)" in res.message, res.message
 
 
+@pytest.mark.parametrize("threads", [1, 2, 8])
+def test_a_split_fixed_by_the_first_calls_thread_count_fails_in_a_pristine_process(
+    catalog, threads
+):
+    """A row split read from the thread count at the process's first call and kept: the
+    rollout process begins at 1 thread, the big batch's at 8, whatever the case's own
+    count (at 1 or 8 the other one shows it)."""
+    cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_by_first_threads")
+    res = run_small(cat, "bug", ["determinism"], seeds=[0], threads=threads)["determinism"]
+    assert res.status == "fail", res.message
+    assert "at 1 thread):" in res.message or "at 8 threads):" in res.message, res.message
+
+
 def test_a_choice_fixed_by_the_first_calls_dtype_fails_in_a_pristine_process(catalog):
     """An autotuner keyed on the vocab alone keeps what the process's first call's dtype
     chose: a process that began with bf16 rows gives fp32 rows other bits."""
