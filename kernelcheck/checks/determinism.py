@@ -53,10 +53,11 @@ class Determinism(Check):
         # in one case per op (CaseContext.is_big_batch_case, at the grid's first dtype and
         # shape): rows up to this many, up to huge_work products of a row's dims and
         # huge_bytes of row-wise inputs: a kernel may add its weight-gradient partials in
-        # finish order (atomics) only past a threshold of several thousand rows
-        "huge_rows": 32768,
-        "huge_work": 1 << 29,
-        "huge_bytes": 1 << 27,
+        # finish order (atomics) only past a threshold of several thousand rows, or where
+        # a fixed reduction's workspace for 2^17 rows runs out
+        "huge_rows": 262145,
+        "huge_work": 1 << 30,
+        "huge_bytes": 1 << 28,
         # runs in pristine processes whose first call was another (runner/pristine.py;
         # 0: none)
         "pristine": 1,

@@ -23,15 +23,20 @@ import torch
 from kernelcheck.cases.grid import lead_sizes
 from kernelcheck.cases.inputs import row_distribution
 from kernelcheck.checks.context import CaseContext
-from kernelcheck.checks.metrics import ErrorStats
+from kernelcheck.checks.metrics import ErrorStats, bits, first_bit_difference
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.checks.rows import flat_rows, placed_rows
+from kernelcheck.checks.threads import torch_threads
 from kernelcheck.checks.trial import Trial
 from kernelcheck.gold import gathered
 from kernelcheck.spec.model import OpSpec
 
 JUDGED = 64  # rows judged at each end of the batch
 FILLERS = 64  # distinct rows whose copies fill the batch between
+# the batch's calls run at 3 CPU threads: an odd count, where an elementwise pass split
+# evenly over the threads leaves a chunk whose last elements take a vector body's scalar
+# tail (the batch's last row, judged); its rows' bits are compared with a small call's
+BATCH_THREADS = 3
 
 
 def row_order(rows: int) -> list[int]:
@@ -68,6 +73,7 @@ def judge_far_rows(
     backward: bool,
     place: Callable = placed_rows,
     guard: Callable[[], AbstractContextManager] = nullcontext,
+    frozen_call: bool = False,
 ) -> tuple[str, Outcome] | None:
     """Call the candidate on a batch of ``sizes`` (its rows as :func:`row_order` places
     them) and judge its judged rows against the gold of the small draw: the outputs
@@ -75,7 +81,8 @@ def judge_far_rows(
     (``backward``). None where every judged element is within tolerance, else (the
     judgment that failed, its outcome). ``place(rows, order, lead, device)`` builds a
     row-wise tensor of the batch from the small draw's rows (``huge_rows`` mirrors it);
-    each call runs inside ``guard()``."""
+    each call runs inside ``guard()``; ``frozen_call``: the backward once more with the
+    shared inputs frozen (:func:`_judge_backward`)."""
     op, big = ctx.op, ctx.at_sizes(sizes)
     rows = math.prod(big.lead)
     inner = {d: n for d, n in sizes.items() if d not in op.lead}
@@ -95,28 +102,86 @@ def judge_far_rows(
         gold = [flat_rows(g, len(small.ctx.lead)) for g in small.gold]
         if forward:
             inputs = placed_inputs()
-            with guard():
+            with guard(), torch_threads(BATCH_THREADS):
                 outs = _judged_rows(big, big.call(inputs), at)
             del inputs
             found = _first_failure(ctx, small, rows, _output_pairs(ctx, "", outs, gold))
             if found is not None:
                 return "forward_accuracy", found
+            found = _first_bit_difference(ctx, small, rows, outs, small.outputs, "")
+            if found is not None:
+                return "forward_invariance", found
         if not backward:
             return None
         nlead = len(small.ctx.lead)
         ups = [place(flat_rows(u, nlead), order, big.lead, "cpu") for u in small.upstream]
-        inputs = placed_inputs()
-        with guard():
-            outs, grads = big.call_backward(inputs, ups)
-        pairs = [
-            (f"gradient:{n}", ctx.tolerance("backward_accuracy", n), _rows_of(big, grads[n], at), g)
-            for n, g in _gold_grad_rows(small).items()
-        ]
-        pairs += _output_pairs(ctx, " (with grad)", _judged_rows(big, outs, at), gold)
-        found = _first_failure(ctx, small, rows, pairs)
-        return None if found is None else ("backward_accuracy", found)
+
+        def backward_rows(wrt: tuple[str, ...] | None) -> tuple[list, dict]:
+            inputs = placed_inputs()
+            with guard(), torch_threads(BATCH_THREADS):
+                outs, grads = big.call_backward(inputs, ups, wrt=wrt)
+            return _judged_rows(big, outs, at), {n: _rows_of(big, g, at) for n, g in grads.items()}
+
+        return _judge_backward(ctx, small, rows, backward_rows, gold, frozen_call)
     finally:
         small.release()
+
+
+def _judge_backward(ctx, small: Trial, rows: int, backward_rows, gold, frozen_call: bool):
+    """The judged rows' row-wise gradients and with-grad outputs (``backward_rows(wrt)``:
+    those of a backward call of the batch) against the gold; with ``frozen_call``, the
+    row-wise gradients again from a call where the shared inputs are frozen (a LoRA
+    model's norm weight: a dx-only kernel, whose tail past a multiple of its rows per
+    program a small batch never shows); then their bits against the small draw's own."""
+    gold_grads = _gold_grad_rows(small)
+    outs, grads = backward_rows(None)
+    tol = {n: ctx.tolerance("backward_accuracy", n) for n in gold_grads}
+    pairs = [(f"gradient:{n}", tol[n], grads[n], g) for n, g in gold_grads.items()]
+    pairs += _output_pairs(ctx, " (with grad)", outs, gold)
+    found = _first_failure(ctx, small, rows, pairs)
+    shared = [n for n in ctx.op.grad_inputs if n not in gold_grads]
+    if found is None and frozen_call and shared and gold_grads:
+        _, frozen = backward_rows(tuple(gold_grads))
+        note = f" ({', '.join(shared)} frozen)"
+        pairs = [(f"gradient:{n}{note}", tol[n], frozen[n], g) for n, g in gold_grads.items()]
+        found = _first_failure(ctx, small, rows, pairs)
+    if found is not None:
+        return "backward_accuracy", found
+    names = list(gold_grads)
+    found = _first_bit_difference(ctx, small, rows, outs, small.grad_outputs, " (with grad)")
+    found = found or _first_bit_difference(
+        ctx, small, rows, [grads[n] for n in names], [small.grads[n] for n in names], "", names
+    )
+    return None if found is None else ("backward_invariance", found)
+
+
+def _first_bit_difference(
+    ctx: CaseContext, small: Trial, rows: int, batch: list, alone: list, suffix: str, names=None
+) -> Outcome | None:
+    """The first judged row of the batch (``batch``: its rows, as judged) whose bits differ
+    from the same row's in the small draw's own call (``alone``: its results whole), or
+    None: a row's bits may depend on its shape's inner sizes alone, never on a batch of
+    65,537 rows or 2^31 elements, where a kernel may switch to another reduction order."""
+    nlead = len(small.ctx.lead)
+    what = names or [s.name for s in ctx.op.outputs]
+    for k, (c, a) in enumerate(zip(batch, alone)):
+        if isinstance(c, str):
+            continue  # a wrong shape: the accuracy judge reported it
+        label = f"gradient:{what[k]}" if names else f"output:{what[k]}"
+        mine = flat_rows(a.detach(), nlead)[: 2 * JUDGED].cpu()
+        differ = (bits(c) != bits(mine)).reshape(2 * JUDGED, -1).any(-1).nonzero().reshape(-1)
+        if differ.numel():
+            r = int(differ[0])
+            row = r if r < JUDGED else rows - 2 * JUDGED + r
+            detail = first_bit_difference(c[r], mine[r])
+            message = (
+                f"{label}{suffix}: {differ.numel()} of {2 * JUDGED} judged rows have other bits "
+                f"than the same rows in a batch of {2 * JUDGED + FILLERS}; first at row {row}: "
+                f"{detail} [seed {small.seed}, {small.distribution}]"
+            )
+            metrics = {"mismatched_rows": int(differ.numel())}
+            return Outcome("fail", message, metrics, {}, small.seed, small.distribution)
+    return None
 
 
 def _rows_of(big: CaseContext, t: torch.Tensor, at: torch.Tensor) -> torch.Tensor | str:

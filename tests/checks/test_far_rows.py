@@ -79,6 +79,33 @@ def test_a_launch_of_65535_blocks_of_two_rows_fails_in_the_narrowest_dtype(catal
     ]
 
 
+def test_a_switch_of_order_past_2_27_logits_fails_by_its_bits_at_the_far_rows(catalog):
+    """Accurate, but the rows of a batch past 2^27 elements (65,537 rows at 2,560) get
+    other bits than the same rows in a small batch: the far-rows lead compares them."""
+    cat = with_op_candidate(catalog, "logp", "bug", "scale_bugs:switches_order_past_2_27_logits")
+    shape = dict(cat.ops["logp"].grid.shapes[0])
+    res = run_one(cat, "logp", "bug", "shape_sweep", "fp32", shape, seeds=[0])
+    assert res.status == "fail", res.message
+    assert res.message.startswith(f"at {LONG_ROWS} rows at vocab=2560"), res.message
+    assert "other bits than the same rows in a batch of 192; first at row 0" in res.message
+    assert res.metrics["failing_check"] == "forward_invariance"
+
+
+def test_a_dx_only_kernel_whose_tail_is_unwritten_fails_at_the_far_rows_frozen(catalog):
+    """rms_norm with a frozen weight (LoRA) and 4,096+ rows takes a dx-only kernel of 4
+    rows a program whose last rows % 4 are never written (a round-17 red team's): the
+    far-rows lead's 65,537 rows, their backward again with the weight frozen, fail it."""
+    cat = with_op_candidate(
+        catalog, "rms_norm", "bug", "broken_rms_norm:frozen_weight_tail_unwritten"
+    )
+    shape = dict(cat.ops["rms_norm"].grid.shapes[0])
+    res = run_one(cat, "rms_norm", "bug", "shape_sweep", "fp32", shape, seeds=[0])
+    assert res.status == "fail", res.message
+    assert res.message.startswith(f"at {LONG_ROWS} rows at hidden=2560"), res.message
+    assert "gradient:x (weight frozen)" in res.message, res.message
+    assert f"first at row {LONG_ROWS - 1}" in res.message, res.message
+
+
 @pytest.mark.slow  # two CLI runs of the sweep
 def test_the_printed_repro_of_a_far_rows_failure_reproduces(tmp_path):
     """From the command line, as a user spec adds the kernel: the report's repro (the

@@ -160,15 +160,17 @@ def test_a_candidate_without_the_attribute_runs_at_the_default_and_is_skipped_el
     assert res.status == "skip" and "does not take eps=0.001" in res.message
 
 
-def test_atomics_past_a_4096_row_training_batch_fail_in_the_ops_big_batch_case(planted):
-    """determinism's training batch is 4,096 rows in every case, and 32,768 (within its
-    work and memory bounds) in the op's one big-batch case: eps at its first sweep value
-    on the grid's first dtype and shape. A kernel whose weight gradient takes atomics past
-    4,096 rows (a training batch of 8k tokens) fails there."""
-    name = "weight-grad-in-finish-order-past-4096"
+@pytest.mark.parametrize("past", ["4096", "2-17"])
+def test_atomics_past_a_4096_row_training_batch_fail_in_the_ops_big_batch_case(planted, past):
+    """determinism's training batch is 4,096 rows in every case, and 262,144 (within its
+    work and memory bounds: 2^28 bytes of rows at 256 fp32) in the op's one big-batch
+    case: eps at its first sweep value on the grid's first dtype and shape. A kernel whose
+    weight gradient takes atomics past 4,096 rows (a training batch of 8k tokens) or past
+    131,072 (a round-17 red team's) fails there."""
+    name = f"weight-grad-in-finish-order-past-{past}"
     big = {"attributes": {"eps": 1e-5}}
     bad = run_one(planted, "rms_norm", name, "determinism", "fp32", SMALL, **big)
-    assert bad.status == "fail" and "(at 32768 rows, 8 threads) gradient:weight" in bad.message
+    assert bad.status == "fail" and "(at 262144 rows, 8 threads) gradient:weight" in bad.message
     assert one(planted, name, "determinism").status == "pass"  # 4,096 rows: one order
     honest = run_one(planted, "rms_norm", "torch", "determinism", "fp32", SMALL, **big)
     assert honest.status == "pass", honest.message
