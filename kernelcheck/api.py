@@ -352,7 +352,7 @@ def _huge_rows_gap(spec: OpSpec, dts: list[str], checks, sweeps: bool) -> dict[s
     summary's list of what was not checked."""
     if "shape_sweep" not in checks:
         return {}
-    what = "shape_sweep's rows past 2^31 elements"
+    what = "shape_sweep's rows past 2^31 elements (and past 65,535 blocks of 16,384 elements)"
     shape = huge_rows_shape(spec)
     why = far_rows_unjudged(spec) or (None if shape else "no row-wise float input is wide enough")
     if why:
@@ -365,7 +365,7 @@ def _huge_rows_gap(spec: OpSpec, dts: list[str], checks, sweeps: bool) -> dict[s
         gaps[what] = f"judged at {at} alone (the grid's narrowest dtype), not in the plan"
     elif others:
         gaps[f"{what} at {', '.join(others)}"] = (
-            f"judged once per candidate at {at}, the grid's narrowest dtype: 4 GiB of input"
+            f"judged once per candidate at {at}, the grid's narrowest dtype: 4 and 2 GiB of input"
         )
     return gaps
 

@@ -471,14 +471,13 @@ class _Draw:
                 continue
             gen = _generator(self.seed, self.dist, spec.name, self.salt, "unmasked", str(k))
             mine = rows[k :: len(parts)]
-            chosen = torch.arange(mine.shape[0]) % 4 >= 2
-            for start in range(0, mine.shape[0], step):
-                chunk = mine[start : start + step][chosen[start : start + step]]
+            chosen = (torch.arange(mine.shape[0]) % 4 >= 2).nonzero().reshape(-1)
+            for at in chosen.split(step):
+                chunk = mine[at]  # a copy: filled, then written back
                 hidden = torch.isinf(chunk)
                 if bool(hidden.any()):
                     fill = torch.randn(chunk.shape, generator=gen).to(chunk.dtype)
-                    chunk[hidden] = fill[hidden]
-                    mine[start : start + step][chosen[start : start + step]] = chunk
+                    mine[at] = torch.where(hidden, fill, chunk)
 
     def perturbation(self, spec: InputSpec, n: int) -> torch.Tensor:
         """Each row's perturbation std: the spec's, but DRIFT_RANGE (uniform by row) in
