@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from kernelcheck.cases.grid import Case
 from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.checks.trial import Trial
+from kernelcheck.spec.model import OpSpec
 
 
 class Check:
@@ -34,6 +36,12 @@ class Check:
     def __init__(self, ctx: CaseContext, params: dict | None = None):
         self.ctx = ctx
         self.params = {**self.PARAMS, **(params or {})}
+
+    @classmethod
+    def lead_work(cls, op: OpSpec, case: Case, params: dict) -> int:
+        """An upper bound on the product of the dims of the largest batch this check draws
+        in ``case`` beyond the case's own (0: none): the case's timeout grows with it."""
+        return 0
 
     def skip_reason(self) -> str | None:
         """Why this check does not apply to this op/candidate (None: it applies)."""

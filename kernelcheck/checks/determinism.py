@@ -68,6 +68,21 @@ class Determinism(Check):
         "first_batch_rows": 512,
         "first_batch_work": 1 << 26,
     }
+
+    @classmethod
+    def lead_work(cls, op, case, params: dict) -> int:
+        """The training batch's (``big_rows``; ``huge_rows`` in the grid's first case, the
+        big-batch case's), within its products of a row's dims."""
+        params = {**cls.PARAMS, **params}
+        lead = [case.sizes[d] for d in op.lead if d in case.sizes]
+        row_work = max(1, math.prod(case.sizes.values()) // max(1, math.prod(lead)))
+        work = min(int(params["big_rows"]) * row_work, int(params["big_work"]))
+        first = op.grid.dtypes[:1] in ([], [case.dtype])
+        if first and op.grid.shapes[:1] in ([], [case.sizes]):
+            huge = min(int(params["huge_rows"]) * row_work, int(params["huge_work"]))
+            work = max(work, huge)
+        return work
+
     summary = (
         "repeated runs (forward, and backward with its call's outputs when on) are bit-identical"
     )

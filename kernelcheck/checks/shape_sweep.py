@@ -399,6 +399,21 @@ class ShapeSweep(Check):
         self.unjudged: list[list[str]] = []  # [shape, why] of each left unjudged
         self._classes: list[type[Check]] | None = None
 
+    @classmethod
+    def lead_work(cls, op, case, params: dict) -> int:
+        """The far-rows lead's, at the grid's attributes or in its first dtype (an upper
+        bound: the big-batch case's), and the huge leads' together in the narrowest
+        dtype's case at the grid's attributes."""
+        full = not op.off_grid(case.attributes)
+        narrowest = full and case.dtype == narrowest_dtype(op)
+        work = 0
+        if swept_dims(op) and (full or op.grid.dtypes[:1] in ([], [case.dtype])):
+            rows = WIDE_BLOCK_ROWS if narrowest else LONG_ROWS
+            work = math.prod(far_rows_shape(op, rows)[1].values())
+        if narrowest:
+            work = max(work, sum(math.prod(s.values()) for _, s in huge_rows_shapes(op)))
+        return work
+
     def skip_reason(self) -> str | None:
         if self.ctx.op.tolerance("forward_accuracy", self.ctx.case.dtype) is None:
             return f"the spec has no tolerance.forward_accuracy for {self.ctx.case.dtype}"

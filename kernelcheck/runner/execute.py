@@ -30,7 +30,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 
 from kernelcheck.cases.grid import Case
-from kernelcheck.checks import memory_safety
+from kernelcheck.checks import CHECKS, memory_safety
 from kernelcheck.checks.outcome import Outcome
 from kernelcheck.results import CheckResult
 from kernelcheck.runner import sanitize, spares
@@ -296,16 +296,23 @@ class WorkerStartError(RuntimeError):
 
 
 TIMEOUT_SCALE_ELEMENTS = 1 << 26
+# a check's lead beyond the case's shape (``Check.lead_work``) is a few calls, where the
+# case's own shape takes hundreds: its work counts per 1G elements
+LEAD_SCALE_ELEMENTS = 1 << 30
 
 
 def case_timeout(op: OpSpec, case: Case) -> float:
-    """The spec's per-case timeout, scaled up for cases beyond 64M elements.
+    """The spec's per-case timeout, scaled up for cases beyond 64M elements, and once more
+    per 1G elements of the largest lead one of its checks draws (``Check.lead_work``:
+    shape_sweep's huge leads, 3G elements, add 3x in the narrowest dtype's case).
 
     A timeout exists to catch hangs; a 4096 x 151936 case legitimately runs ~9x longer
     than a 64M-element one, so it gets ~9x the time. ``--timeout`` is taken as given.
     """
-    elements = math.prod(case.sizes.values())
-    return op.timeout_s * max(1.0, elements / TIMEOUT_SCALE_ELEMENTS)
+    checks = [CHECKS[name] for name in case.checks if name in CHECKS]
+    leads = [c.lead_work(op, case, op.check_params(c.name)) for c in checks]
+    own = math.prod(case.sizes.values()) / TIMEOUT_SCALE_ELEMENTS
+    return op.timeout_s * (max(1.0, own) + max(leads, default=0) / LEAD_SCALE_ELEMENTS)
 
 
 def wants_isolation(op: OpSpec, case: Case, isolate: bool | None) -> bool:
