@@ -25,6 +25,9 @@ REPO_ROOT = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 SPECS = TESTS / "specs"
 SMALL = {"batch": 2, "seq": 4, "vocab": 257}
+# a test subprocess's hang guard, never a speed limit: a CI host under load ran a default
+# grid run 2.5x slower than an idle one
+HANG_S = 1800
 
 
 @pytest.fixture(scope="session")

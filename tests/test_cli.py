@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kernelcheck.checks import CHECKS
-from tests.conftest import SPECS
+from tests.conftest import HANG_S, SPECS
 
 REPO = Path(__file__).resolve().parents[1]
 # --no-sweep: one case per (candidate, dtype, shape); tests/test_api.py covers the sweeps
@@ -24,7 +24,7 @@ def kc(*args, env=None, cwd=None):
     env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "kernelcheck", *args], capture_output=True, text=True, env=env,
-        cwd=cwd, timeout=300,
+        cwd=cwd, timeout=HANG_S,
     )  # fmt: skip
 
 

@@ -9,6 +9,7 @@ import sys
 
 from kernelcheck.environment import command_defaults, worker_defaults
 from kernelcheck.runner.worker_environment import worker_environment
+from tests.conftest import HANG_S
 
 SET_BY_US = ("TORCH_DEVICE_BACKEND_AUTOLOAD", "THP_MEM_ALLOC_ENABLE", "GOMP_SPINCOUNT")
 
@@ -19,7 +20,7 @@ def _clean_env() -> dict[str, str]:
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=HANG_S
     )
 
 

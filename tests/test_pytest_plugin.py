@@ -10,7 +10,7 @@ import sys
 import pytest
 import tomllib
 
-from .conftest import FIXTURES, TESTS
+from .conftest import FIXTURES, HANG_S, TESTS
 
 pytest_plugins = ["pytester"]
 
@@ -113,7 +113,7 @@ def _run_installed(pytester, spec, *args):
         "--kernelcheck-dtype=fp32",
         "--kernelcheck-candidate=mine",
         *args,
-        timeout=120,
+        timeout=HANG_S,
     )
 
 
@@ -201,7 +201,7 @@ def test_xdist_spreads_the_items(pytester, spec):
         "--kernelcheck-candidate=mine,broken",
         "-n",
         "2",
-        timeout=120,
+        timeout=HANG_S,
     )
     # broken is off in every forward, with grad too: backward_accuracy judges that call's
     # outputs as well (forward_accuracy, forward_precision, backward_accuracy, shape_sweep
@@ -313,6 +313,6 @@ def test_the_checks_of_a_case_share_one_gold_and_one_set_of_candidate_calls(pyte
 def test_under_xdist_each_worker_runs_a_case_at_most_once(pytester, monkeypatch):
     count = pytester.path / "gold_calls.txt"  # the counted gold logs each call there
     monkeypatch.setenv("KC_GOLD_COUNT_FILE", str(count))
-    res = pytester.runpytest_subprocess(*_plugin(), *COUNTED, "-n", "2", timeout=120)
+    res = pytester.runpytest_subprocess(*_plugin(), *COUNTED, "-n", "2", timeout=HANG_S)
     res.assert_outcomes(passed=2)
     assert len(count.read_text().splitlines()) in (2, 4)  # one run per worker with items

@@ -14,6 +14,7 @@ from kernelcheck import api
 from kernelcheck.runner.case import RunOptions
 from kernelcheck.runner.shrink import format_shrink, shrink, shrink_failures
 from kernelcheck.spec import load_catalog
+from tests.conftest import HANG_S
 
 from .conftest import FIXTURES
 
@@ -76,7 +77,7 @@ def test_planted_bug_shrinks_to_a_smaller_failing_case(broken):
         [sys.executable, "-m", "kernelcheck", *argv[1:], "--format", "plain"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "forward_accuracy" in proc.stdout

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from kernelcheck.candidates import ascend
+from tests.conftest import HANG_S
 
 REPO_ROOT = Path(ascend.__file__).resolve().parents[2]
 
@@ -328,7 +329,7 @@ def _run(code: str, fake_root: Path, autoload: str | None) -> subprocess.Complet
         check=False,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_S,
     )
 
 

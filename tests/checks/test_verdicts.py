@@ -17,7 +17,7 @@ import pytest
 from kernelcheck import api
 from kernelcheck.checks.invariance import OTHER_VALUE_BATCH, WIDE_ROWS, miss_probability
 from kernelcheck.spec import load_catalog
-from tests.conftest import FIXTURES, REPO_ROOT, run_small, with_candidate
+from tests.conftest import FIXTURES, HANG_S, REPO_ROOT, run_small, with_candidate
 
 PLANTED = FIXTURES / "planted.toml"
 
@@ -110,7 +110,7 @@ def test_every_printed_repro_reproduces(planted, tmp_path, name, check, dtype):
             capture_output=True,
             text=True,
             cwd=REPO_ROOT,
-            timeout=300,
+            timeout=HANG_S,
         )
         assert proc.returncode == 1, (r.repro, proc.stdout[-2000:], proc.stderr[-2000:])
         rerun = {x["check"]: x for x in json.loads(out.read_text())["results"]}

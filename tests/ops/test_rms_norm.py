@@ -11,7 +11,7 @@ import torch
 from kernelcheck import api
 from kernelcheck.errors import UsageError
 from kernelcheck.ops import rms_norm
-from tests.conftest import FIXTURES, run_one
+from tests.conftest import FIXTURES, HANG_S, run_one
 
 PLANTED = FIXTURES / "planted_rms_norm.toml"
 SMALL = {"batch": 2, "seq": 16, "hidden": 256}
@@ -121,7 +121,7 @@ def test_an_attribute_set_on_the_command_line_is_in_the_id_and_the_repro(catalog
     assert res.status == "pass" and res.case_id == "torch-fp32-2x16x256-eps=0.01"
     assert "--attr eps=0.01" in res.repro
     argv = [sys.executable, "-m", *res.repro.split()]  # "kernelcheck" with this interpreter
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S)
     assert out.returncode == 0 and "eps=0.01" in out.stdout, out.stdout + out.stderr
 
 
@@ -143,7 +143,7 @@ def test_the_cli_refuses_a_malformed_attr():
         [sys.executable, "-m", "kernelcheck", "run", "--op", "rms_norm", "--attr", "eps"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_S,
     )
     assert out.returncode == 2 and "--attr: expected NAME=VALUE" in out.stderr
 

@@ -14,6 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from tests.conftest import HANG_S
+
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -47,7 +49,7 @@ def screenshot(page: Path, png: Path, window: tuple[int, int] = (1400, 1000)) ->
                 Path(page).resolve().as_uri(),
             ],
             capture_output=True,
-            timeout=120,
+            timeout=HANG_S,
             check=True,
         )
         return page_requests(json.loads(netlog.read_text()))

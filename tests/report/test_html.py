@@ -25,7 +25,7 @@ from kernelcheck.report.html import to_html  # noqa: E402
 from kernelcheck.results import FAILING  # noqa: E402
 from kernelcheck.spec import load_catalog  # noqa: E402
 from tests.commands.test_compare import schema_1  # noqa: E402
-from tests.conftest import FIXTURES, REPO_ROOT  # noqa: E402
+from tests.conftest import FIXTURES, HANG_S, REPO_ROOT  # noqa: E402
 from tests.report import browser  # noqa: E402
 
 # Each planted bug shows in some plot: a batch-dependent sum (every accuracy plot and both
@@ -174,7 +174,7 @@ def _write(path: Path, data: dict) -> Path:
 def kc(*args):
     return subprocess.run(
         [sys.executable, "-m", "kernelcheck", *map(str, args)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=HANG_S,
     )  # fmt: skip
 
 

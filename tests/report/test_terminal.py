@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from kernelcheck.checks.metrics import ErrorStats
-from tests.conftest import FIXTURES, REPO_ROOT, run_small, with_candidate
+from tests.conftest import FIXTURES, HANG_S, REPO_ROOT, run_small, with_candidate
 
 PLANTED = FIXTURES / "planted.toml"
 
@@ -28,7 +28,7 @@ def kc(*args, columns: int | None = None):
         text=True,
         env=env,
         cwd=REPO_ROOT,
-        timeout=300,
+        timeout=HANG_S,
     )
 
 
