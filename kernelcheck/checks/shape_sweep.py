@@ -6,28 +6,29 @@ the edges of those: a remainder loop that handles one element, a tile boundary, 
 column index, a row offset that stops advancing after 65,535 launches. The grid's few
 shapes rarely land there, so this check goes there on purpose, with a few rows each:
 
-- every inner dim (each dim that is not a lead dim: logp's vocab, rms_norm's hidden) at every
-  residue mod 64 twice: at ``SWEEP_BASE + r`` (r = 0..63: a vector body runs several
-  times before the tail, in one tile) and at ``TILED_BASE + r`` (24,576 = 3 x 8,192:
-  rows of several tiles of any power-of-two size up to 8,192, whose last tile holds
-  exactly r elements; a kernel's tiled path has a tail of its own), at 1..16 (the body
-  never runs), next to each power of two up to 2^17 (2^k - 1, 2^k, 2^k + 1: one tile
-  and one index width short, exact, one over), at 3, 5, 7 and 9 x 2^k from 96 to 2^17
-  (multiples of a fine alignment but of no larger power-of-two tile: a tile count
-  floored, ``n // 2048`` at a hidden of 2,560, 3,072, 3,584, 5,120 or 7,168, drops the
-  last partial tile of a path meant for aligned widths) and, for a vocabulary, at real models'
-  vocabularies up to Gemma 3's 262,208 (a table of 64 tiles of 4,096 ends at 2^18); the
-  other inner dims at the op's defaults;
+- every inner dim (each dim that is not a lead dim: logp's vocab, rms_norm's hidden) at
+  every residue mod 64 twice: at ``SWEEP_BASE + r`` (r = 0..127, every residue mod 128: a
+  vector body runs several times before the tail, in one tile) and at ``TILED_BASE + r``
+  (r = 0..63; 24,576 = 3 x 8,192: rows of several tiles of any power-of-two size up to
+  8,192, whose last tile holds exactly r elements; a kernel's tiled path has a tail of its
+  own), at 1..16 (the body never runs), next to each power of two up to 2^17 (2^k - 1,
+  2^k, 2^k + 1: one tile and one index width short, exact, one over), at 3, 5, 7 and 9 x
+  2^k from 96 to 2^17 (multiples of a fine alignment but of no larger power-of-two tile: a
+  tile count floored, ``n // 2048`` at a hidden of 2,560, 3,072, 3,584, 5,120 or 7,168,
+  drops the last partial tile of a path meant for aligned widths) and, for a vocabulary,
+  at real models' vocabularies up to Gemma 3's 262,208 (a table of 64 tiles of 4,096 ends
+  at 2^18); the other inner dims at the op's defaults;
 - wide batches: each inner dim at 2^k + 1 for k in ``WIDE_POWERS`` and at its widest
   swept size, with ``WIDE_ELEMENTS`` (2^22) elements' worth of rows, between 64 and
   1,024 (Gemma's vocabulary: 64 rows): a kernel may pick its path by width and rows
   together (a GEMM with TF32 operands from K >= 2,048 at 32 tokens; a streaming pass over
   a wide row for a training batch), which neither the sweep's few rows nor the grid's
   narrower shapes reach;
-- hot shapes: each residue shape past ``SWEEP_BASE`` is called ``HOT_CALLS`` (32) more
-  times and its forward judged again: a kernel cache that specialises a shape after a
-  few calls (a tracing JIT, a CUDA graph captured after warm-up, an autotuner's pick)
-  runs other code from then on, with tails of its own, and a real model calls every
+- hot shapes: each residue shape past ``SWEEP_BASE`` (every residue mod ``HOT_RESIDUES``,
+  128) is called 32, 64, 128 or 256 more times (:func:`hot_calls`) and its forward
+  judged again: a kernel cache that specialises a shape after some calls (a tracing JIT,
+  a CUDA graph captured after warm-up, an autotuner's pick) runs other code from then
+  on, with tails of its own (an unrolled-by-128 body), and a real model calls every
   shape thousands of times;
 - one lead of ``LONG_ROWS`` (65,537) rows at the op's default inner sizes (the widest at
   most 257: 2^24 elements in all): one grid dimension of 65,535 blocks, 16-bit row counts, and
@@ -150,7 +151,11 @@ HUGE_INNER = 151_936
 # candidate that upcasts its whole input to fp32 (4 GiB) stays within its memory budget
 NARROW_HUGE_INNER = PAGE_ELEMENTS_16
 NARROW_HUGE_ELEMENTS = 1 << 30
-HOT_CALLS = 32  # calls of each hot shape before its forward is judged again
+# the residues past SWEEP_BASE: every one mod 128 (a body unrolled by 128, a block of 128
+# lanes), each a hot shape, called one of HOT_CALLS times more before its forward is
+# judged again; mod RESIDUES past the tiled base
+HOT_RESIDUES = 128
+HOT_CALLS = (32, 64, 128, 256)
 WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept size
 WIDE_ELEMENTS = 1 << 22  # a wide batch's elements, its rows within WIDE_ROWS
 WIDE_ROWS = (64, 1024)
@@ -205,13 +210,14 @@ def tiled_base(largest: int | None = None) -> int:
 
 
 def sweep_sizes(dim: str = "", largest: int | None = None, residues: bool = True) -> list[int]:
-    """The reduced-dim sizes, ascending: 1..16, every residue mod 64 past SWEEP_BASE and
+    """The reduced-dim sizes, ascending: 1..16, every residue mod 128 past SWEEP_BASE, mod 64
     past the tiled base (unless not ``residues``), 2^k - 1, 2^k, 2^k + 1 for k =
     1..MAX_POWER, ODD_FACTORS x 2^k; MODEL_VOCABS too for ``dim`` VOCAB_DIM; none past
     ``largest`` (a spec's ``sweep_max``)."""
     sizes = set(range(1, SMALL_SIZES + 1)) | (set(MODEL_VOCABS) if dim == VOCAB_DIM else set())
     if residues:
-        sizes |= {b + r for b in (SWEEP_BASE, tiled_base(largest)) for r in range(RESIDUES)}
+        sizes |= {SWEEP_BASE + r for r in range(HOT_RESIDUES)}
+        sizes |= {tiled_base(largest) + r for r in range(RESIDUES)}
     for k in range(1, MAX_POWER + 1):
         sizes |= {2**k - 1, 2**k, 2**k + 1}
     sizes |= {m << k for m in ODD_FACTORS for k in range(5, MAX_POWER) if m << k <= 2**MAX_POWER}
@@ -353,11 +359,16 @@ def wide_batches(op: OpSpec, inner: dict[str, int]) -> list[tuple[str, dict[str,
     return shapes
 
 
-def is_hot(label: str) -> bool:
-    """Whether a swept shape (``dim=size``) is one the sweep calls HOT_CALLS more times:
-    every residue mod 64 past SWEEP_BASE, small rows whose extra calls cost little."""
+def hot_calls(label: str) -> int:
+    """How many more times the sweep calls a swept shape (``dim=size``) before it judges
+    its forward again, 0 for none: each residue mod HOT_RESIDUES past SWEEP_BASE, small
+    rows whose extra calls cost little, one of HOT_CALLS by the residue's count of set
+    bits, so every class of residues mod 16 (and the upper half mod 128) meets each."""
     dim, sep, size = label.partition("=")
-    return bool(sep) and " " not in dim and SWEEP_BASE <= int(size) < SWEEP_BASE + RESIDUES
+    residue = int(size) - SWEEP_BASE if sep and " " not in dim else -1
+    if not 0 <= residue < HOT_RESIDUES:
+        return 0
+    return HOT_CALLS[residue.bit_count() % len(HOT_CALLS)]
 
 
 def limit_margin(outcome: Outcome) -> float | None:
@@ -383,8 +394,8 @@ class ShapeSweep(Check):
     shrinkable = False  # it never depends on the case's own shape: the message names one
     summary = (
         "forward and backward within the contract tolerance, and as precise as the fp32 "
-        "reference (edges rows), at tail sizes: every residue "
-        "mod 64 in one tile and past several, 2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
+        "reference (edges rows), at tail sizes: every residue mod 128 in one tile and mod "
+        "64 past several, 2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
         "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560); "
         "rows past 2^31 elements at the narrowest dtype"
     )
@@ -437,7 +448,7 @@ class ShapeSweep(Check):
                 return
             self.progress(label)
             self.shapes += 1
-            self._judge(trial.seed, dist, label, sizes, full and is_hot(label))
+            self._judge(trial.seed, dist, label, sizes, hot_calls(label) if full else 0)
         narrowest = full and self.ctx.case.dtype == narrowest_dtype(self.ctx.op)
         if self.failed is None and swept_dims(self.ctx.op) and self._far_rows_here(full):
             rows = WIDE_BLOCK_ROWS if narrowest else LONG_ROWS
@@ -534,7 +545,7 @@ class ShapeSweep(Check):
             ]
         return self._classes
 
-    def _judge(self, seed: int, dist: str, label: str, sizes: dict[str, int], hot: bool) -> None:
+    def _judge(self, seed: int, dist: str, label: str, sizes: dict[str, int], hot: int) -> None:
         # shared with the other candidates, or not (small shapes: a file per part would
         # cost more than drawing them again)
         sub = self.ctx.at_sizes(sizes, share=math.prod(sizes.values()) >= SHARE_ELEMENTS)
@@ -544,12 +555,13 @@ class ShapeSweep(Check):
                 if not self._judged(cls, sub, at, label, sizes):
                     return
             if hot and ForwardAccuracy in self._judge_classes():
-                for _ in range(HOT_CALLS):
-                    at.own_call(sub.call)
+                warm = sub.to_device(at.cpu_inputs)  # one copy: these calls are not judged
+                for _ in range(hot):
+                    sub.call(warm)
                 again = Trial(sub, seed, dist)  # the same draws, a hot call
                 try:
                     self._judged(
-                        ForwardAccuracy, sub, again, f"{label} after {HOT_CALLS + 1} calls", sizes
+                        ForwardAccuracy, sub, again, f"{label} after {hot + 1} calls", sizes
                     )
                 finally:
                     again.release()

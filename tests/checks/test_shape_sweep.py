@@ -5,6 +5,7 @@ the shape it names reruns as an ordinary case."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -12,13 +13,14 @@ from kernelcheck import api
 from kernelcheck.cases.mirrored import PAGE_ELEMENTS_16, mirroring_available
 from kernelcheck.checks.far_rows import JUDGED
 from kernelcheck.checks.shape_sweep import (
+    HOT_CALLS,
     LONG_ROWS,
     TILED_BASE,
     WIDE_ELEMENTS,
     WIDE_ROWS,
+    hot_calls,
     huge_rows_shape,
     huge_rows_shapes,
-    is_hot,
     joint_shape,
     narrowest_dtype,
     sweep_shapes,
@@ -134,9 +136,37 @@ def test_a_sweep_failure_reruns_from_its_repros_mixed_distribution(catalog):
     assert again.message == res.message
 
 
+def test_a_shape_unrolled_by_128_after_48_calls_fails_on_its_hot_call(catalog):
+    """A hot kernel whose tail breaks at lengths 64..127 mod 128 after 48 calls: past the
+    33 calls and the residues mod 64 (256..319) the hot shapes had, it passed every check
+    (round 17); the hot shapes now span every residue mod 128, up to 257 calls."""
+    from kernelcheck.spec.imports import resolve
+    from tests.conftest import FIXTURES
+
+    cat = with_candidate(catalog, "bug", "scale_bugs:hot_shape_unrolled_by_128")
+    calls = resolve("scale_bugs:hot_shape_unrolled_by_128", FIXTURES).__globals__["_CALLS"]
+    calls.clear()
+    res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
+    assert res.status == "fail" and "at vocab=" in res.message, res.message
+    assert re.search(r"vocab=3[2-7]\d after (65|129|257) calls", res.message), res.message
+    calls.clear()  # the same shape's first call, as an ordinary case: exact
+    first = run_one(cat, "logp", "bug", "forward_accuracy", "fp32", res.metrics["failing_shape"])
+    assert first.status == "pass", first.message
+
+
+def test_each_hot_call_count_meets_every_residue_class_mod_16_and_the_upper_half_mod_128():
+    hot = {size: hot_calls(f"vocab={size}") for size in sweep_sizes("vocab")}
+    assert {s for s, n in hot.items() if n} == set(range(256, 384))
+    for calls in HOT_CALLS:
+        sizes = [s for s, n in hot.items() if n == calls]
+        assert {s % 16 for s in sizes} == set(range(16)), calls
+        assert any(s % 128 >= 64 for s in sizes), calls
+    assert hot_calls("3 rows at vocab=300") == 0 and hot_calls("vocab=255") == 0
+
+
 def test_a_shape_specialised_after_16_calls_fails_on_its_hot_call(catalog):
     """A kernel cache that swaps in a specialised kernel with a broken tail after 16 calls
-    of a shape: each shape's first call is exact, its 33rd is judged too."""
+    of a shape: each shape's first call is exact, its 65th is judged too (257: 64 more)."""
     from kernelcheck.spec.imports import resolve
     from tests.conftest import FIXTURES
 
@@ -144,7 +174,7 @@ def test_a_shape_specialised_after_16_calls_fails_on_its_hot_call(catalog):
     calls = resolve("scale_bugs:hot_shape_drops_tail", FIXTURES).__globals__["_CALLS"]
     calls.clear()
     res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
-    assert res.status == "fail" and "at vocab=257 after 33 calls" in res.message, res.message
+    assert res.status == "fail" and "at vocab=257 after 65 calls" in res.message, res.message
     calls.clear()  # the same shape's first call, as an ordinary case: exact
     first = run_one(cat, "logp", "bug", "forward_accuracy", "fp32", res.metrics["failing_shape"])
     assert first.status == "pass", first.message
@@ -486,7 +516,7 @@ def test_only_ops_of_two_inner_dims_get_the_joint_shape(catalog):
     ((label, sizes),) = joint_shape(catalog.ops["linear_logp"], 3)
     assert sizes == {"tokens": 3, "hidden": 1024, "vocab": 32000}
     assert (label, sizes) in sweep_shapes(catalog.ops["linear_logp"], 3)
-    assert not is_hot(label)
+    assert not hot_calls(label)
 
 
 def _joint_shape_alone(monkeypatch) -> None:
