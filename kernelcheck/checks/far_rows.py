@@ -37,6 +37,7 @@ FILLERS = 64  # distinct rows whose copies fill the batch between
 # evenly over the threads leaves a chunk whose last elements take a vector body's scalar
 # tail (the batch's last row, judged); its rows' bits are compared with a small call's
 BATCH_THREADS = 3
+BODY_CHUNK_ELEMENTS = 1 << 24  # the rows between the judged ones are compared this many at once
 
 
 def row_order(rows: int) -> list[int]:
@@ -103,12 +104,15 @@ def judge_far_rows(
         if forward:
             inputs = placed_inputs()
             with guard(), torch_threads(BATCH_THREADS):
-                outs = _judged_rows(big, big.call(inputs), at)
+                whole = big.call(inputs)
+                outs = _judged_rows(big, whole, at)
+                body = _first_body_difference(ctx, small, big.lead, whole, small.outputs, "")
+                del whole
             del inputs
             found = _first_failure(ctx, small, rows, _output_pairs(ctx, "", outs, gold))
             if found is not None:
                 return "forward_accuracy", found
-            found = _first_bit_difference(ctx, small, rows, outs, small.outputs, "")
+            found = _first_bit_difference(ctx, small, rows, outs, small.outputs, "") or body
             if found is not None:
                 return "forward_invariance", found
         if not backward:
@@ -116,11 +120,13 @@ def judge_far_rows(
         nlead = len(small.ctx.lead)
         ups = [place(flat_rows(u, nlead), order, big.lead, "cpu") for u in small.upstream]
 
-        def backward_rows(wrt: tuple[str, ...] | None) -> tuple[list, dict]:
+        def backward_rows(wrt: tuple[str, ...] | None) -> tuple[list, dict, Outcome | None]:
             inputs = placed_inputs()
             with guard(), torch_threads(BATCH_THREADS):
                 outs, grads = big.call_backward(inputs, ups, wrt=wrt)
-            return _judged_rows(big, outs, at), {n: _rows_of(big, g, at) for n, g in grads.items()}
+                body = None if wrt else _body_of_backward(ctx, small, big.lead, outs, grads)
+                judged = {n: _rows_of(big, g, at) for n, g in grads.items()}
+                return _judged_rows(big, outs, at), judged, body
 
         return _judge_backward(ctx, small, rows, backward_rows, gold, frozen_call)
     finally:
@@ -134,14 +140,14 @@ def _judge_backward(ctx, small: Trial, rows: int, backward_rows, gold, frozen_ca
     model's norm weight: a dx-only kernel, whose tail past a multiple of its rows per
     program a small batch never shows); then their bits against the small draw's own."""
     gold_grads = _gold_grad_rows(small)
-    outs, grads = backward_rows(None)
+    outs, grads, body = backward_rows(None)
     tol = {n: ctx.tolerance("backward_accuracy", n) for n in gold_grads}
     pairs = [(f"gradient:{n}", tol[n], grads[n], g) for n, g in gold_grads.items()]
     pairs += _output_pairs(ctx, " (with grad)", outs, gold)
     found = _first_failure(ctx, small, rows, pairs)
     shared = [n for n in ctx.op.grad_inputs if n not in gold_grads]
     if found is None and frozen_call and shared and gold_grads:
-        _, frozen = backward_rows(tuple(gold_grads))
+        _, frozen, _ = backward_rows(tuple(gold_grads))
         note = f" ({', '.join(shared)} frozen)"
         pairs = [(f"gradient:{n}{note}", tol[n], frozen[n], g) for n, g in gold_grads.items()]
         found = _first_failure(ctx, small, rows, pairs)
@@ -152,7 +158,70 @@ def _judge_backward(ctx, small: Trial, rows: int, backward_rows, gold, frozen_ca
     found = found or _first_bit_difference(
         ctx, small, rows, [grads[n] for n in names], [small.grads[n] for n in names], "", names
     )
+    found = found or body
     return None if found is None else ("backward_invariance", found)
+
+
+def _body_of_backward(ctx, small: Trial, lead: tuple, outs: list, grads: dict) -> Outcome | None:
+    """:func:`_first_body_difference` of a backward call's outputs, then of its row-wise
+    gradients."""
+    found = _first_body_difference(ctx, small, lead, outs, small.grad_outputs, " (with grad)")
+    names = [n for n in grads if ctx.op.is_row_wise(ctx.op.input(n))]
+    return found or _first_body_difference(
+        ctx, small, lead, [grads[n] for n in names], [small.grads[n] for n in names], "", names
+    )
+
+
+def _first_body_difference(
+    ctx: CaseContext, small: Trial, lead: tuple, batch: list, alone: list, suffix: str, names=None
+) -> Outcome | None:
+    """The first row between the judged ones (``batch``: the call's results whole) whose
+    bits differ from the small draw's row it copies (``alone``: that call's results), or
+    None. Each thread's share of a flat pass over the batch ends inside it, past the
+    judged rows, where a vector loop's scalar tail gives an element other bits: a row's
+    result would follow the batch's size. The rows between repeat the FILLERS in turn,
+    so each period of them is compared with the fillers at once, chunk by chunk."""
+    nlead, rows = len(small.ctx.lead), math.prod(lead)
+    what = names or [s.name for s in ctx.op.outputs]
+    for k, (c, a) in enumerate(zip(batch, alone)):
+        if not isinstance(c, torch.Tensor) or tuple(c.shape[:nlead]) != tuple(lead):
+            continue  # a wrong shape: the accuracy judge reports it
+        got = flat_rows(c.detach(), nlead).reshape(rows, -1)
+        want = bits(flat_rows(a.detach(), nlead).reshape(2 * JUDGED + FILLERS, -1)[2 * JUDGED :])
+        differ = body_rows_differing(got, want.cpu())
+        if differ:
+            first, count = differ
+            row, filler = JUDGED + first, 2 * JUDGED + first % FILLERS
+            detail = first_bit_difference(got[row].cpu(), flat_rows(a.detach(), nlead)[filler])
+            label = f"gradient:{what[k]}" if names else f"output:{what[k]}"
+            message = (
+                f"{label}{suffix}: {count} of {rows - 2 * JUDGED} rows between the judged ones "
+                f"have other bits than the row each copies in a batch of {2 * JUDGED + FILLERS}; "
+                f"first at row {row} (row {filler} there): {detail} "
+                f"[seed {small.seed}, {small.distribution}]"
+            )
+            metrics = {"mismatched_rows": count}
+            return Outcome("fail", message, metrics, {}, small.seed, small.distribution)
+    return None
+
+
+def body_rows_differing(got: torch.Tensor, fillers: torch.Tensor) -> tuple[int, int] | None:
+    """(the first, the count) of the rows between the judged ones of ``got`` (``[rows,
+    n]``) whose bits differ from ``fillers[i % FILLERS]`` (``[FILLERS, n]`` bits), the
+    i-th row between copying it; None where none does."""
+    body, width = got.shape[0] - 2 * JUDGED, fillers.shape[1]
+    step = FILLERS * max(1, BODY_CHUNK_ELEMENTS // (FILLERS * max(1, width)))
+    first, count = None, 0
+    for start in range(0, body, step):
+        chunk = bits(got[JUDGED + start : JUDGED + min(body, start + step)].cpu())
+        whole = chunk.shape[0] // FILLERS * FILLERS
+        periods = chunk[:whole].view(-1, FILLERS, width) != fillers
+        rest = chunk[whole:] != fillers[: chunk.shape[0] - whole]
+        hits = torch.cat([periods.any(-1).reshape(-1), rest.any(-1)]).nonzero().reshape(-1)
+        if hits.numel():
+            first = start + int(hits[0]) if first is None else first
+            count += hits.numel()
+    return None if first is None else (first, count)
 
 
 def _first_bit_difference(

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from kernelcheck import api
+from kernelcheck.checks.backward_precision import BackwardPrecision, _message
 from kernelcheck.checks.metrics import (
     picked_entries,
     row_scale,
@@ -282,3 +283,23 @@ def test_the_big_batch_cases_training_batch_is_odd_past_2_26_elements_and_bounde
     assert rows("linear_logp", {"tokens": 64, "hidden": 64, "vocab": 1000}) == 134217  # 2^33
     assert rows("linear_logp", {"tokens": 4, "hidden": 8, "vocab": 64}) == 262145
     assert rows("rms_norm", {"batch": 2, "hidden": 8192}) == 16385  # 2^27 elements
+
+
+def test_the_limit_is_never_below_twice_an_exactly_rounded_gradients_error():
+    """A 16-bit row whose mass sits in one entry may round it the other way than the fp32
+    reference did: ratio_kl's honest fp16 gradient at V = 358 (a sweep shape) was 4.7e-5
+    off, exactly as the gold rounded once, the reference 1.3e-5, against 2 x 1.3e-5 +
+    floor. No kernel does better than the exactly rounded gradient."""
+    from types import SimpleNamespace
+
+    check = BackwardPrecision(SimpleNamespace(lead=(1,), op=SimpleNamespace(grad_inputs=[])))
+    trial = SimpleNamespace(seed=0, distribution="heavy")
+    gold = torch.tensor([1.0], dtype=torch.float64)
+    sums = {"cand": 4.677e-5, "ref": 1.3e-5, "exact": 4.677e-5}
+    picked = {"gold": gold, **{k: torch.tensor([v], dtype=torch.float64) for k, v in sums.items()}}
+    check._judge(trial, "policy_logits", "non-target entries", "heavy", picked, False, "")
+    assert check.failed is None and check.closest.bound > 2 * 4.677e-5
+    worse = {**picked, "gold": gold, "cand": torch.tensor([3 * 4.677e-5], dtype=torch.float64)}
+    check._judge(trial, "policy_logits", "non-target entries", "heavy", worse, False, "")
+    assert check.failed is not None
+    assert "2 x an exactly rounded gradient's 4.677e-05" in _message(check.failed, check.params)

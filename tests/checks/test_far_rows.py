@@ -5,9 +5,16 @@ blocks of one row leaves the last rows unwritten; every narrower batch passes it
 from __future__ import annotations
 
 import pytest
+import torch
 
 from kernelcheck import api
-from kernelcheck.checks.far_rows import FILLERS, JUDGED, judged_positions, row_order
+from kernelcheck.checks.far_rows import (
+    FILLERS,
+    JUDGED,
+    body_rows_differing,
+    judged_positions,
+    row_order,
+)
 from kernelcheck.checks.shape_sweep import LONG_ROWS, WIDE_BLOCK_ROWS, far_rows_shape
 from tests.conftest import failed_sweep_reproduces, run_one, with_op_candidate
 from tests.fixtures.grid_cap_bugs import rows_reached
@@ -79,15 +86,35 @@ def test_a_launch_of_65535_blocks_of_two_rows_fails_in_the_narrowest_dtype(catal
     ]
 
 
+def _failed_sweep(catalog, op: str, bug: str):
+    """``bug``'s fp32 shape_sweep at the op's first grid shape, which must fail."""
+    cat = with_op_candidate(catalog, op, "bug", bug)
+    res = run_one(
+        cat, op, "bug", "shape_sweep", "fp32", dict(cat.ops[op].grid.shapes[0]), seeds=[0]
+    )
+    assert res.status == "fail", res.message
+    return res
+
+
 def test_a_switch_of_order_past_2_27_logits_fails_by_its_bits_at_the_far_rows(catalog):
     """Accurate, but the rows of a batch past 2^27 elements (65,537 rows at 2,560) get
     other bits than the same rows in a small batch: the far-rows lead compares them."""
-    cat = with_op_candidate(catalog, "logp", "bug", "scale_bugs:switches_order_past_2_27_logits")
-    shape = dict(cat.ops["logp"].grid.shapes[0])
-    res = run_one(cat, "logp", "bug", "shape_sweep", "fp32", shape, seeds=[0])
-    assert res.status == "fail", res.message
+    res = _failed_sweep(catalog, "logp", "scale_bugs:switches_order_past_2_27_logits")
     assert res.message.startswith(f"at {LONG_ROWS} rows at vocab=2560"), res.message
     assert "other bits than the same rows in a batch of 192; first at row 0" in res.message
+    assert res.metrics["failing_check"] == "forward_invariance"
+
+
+def test_a_flat_pass_whose_thread_shares_end_in_scalar_tails_fails_between_the_judged_rows(
+    catalog,
+):
+    """swiglu past 2^27 elements as one flat pass over the threads, each share ending in
+    a scalar tail with bits of its own; the batch's last share has none, so its first and
+    last rows keep their bits (a round-17 red team's plain torch.sigmoid passed): every
+    row between is compared with the row it copies."""
+    res = _failed_sweep(catalog, "swiglu", "broken_swiglu:flat_pass_scalar_tails_past_2_27")
+    assert res.message.startswith(f"at {LONG_ROWS} rows at "), res.message
+    assert "rows between the judged ones have other bits than the row each copies" in res.message
     assert res.metrics["failing_check"] == "forward_invariance"
 
 
@@ -95,12 +122,7 @@ def test_a_dx_only_kernel_whose_tail_is_unwritten_fails_at_the_far_rows_frozen(c
     """rms_norm with a frozen weight (LoRA) and 4,096+ rows takes a dx-only kernel of 4
     rows a program whose last rows % 4 are never written (a round-17 red team's): the
     far-rows lead's 65,537 rows, their backward again with the weight frozen, fail it."""
-    cat = with_op_candidate(
-        catalog, "rms_norm", "bug", "broken_rms_norm:frozen_weight_tail_unwritten"
-    )
-    shape = dict(cat.ops["rms_norm"].grid.shapes[0])
-    res = run_one(cat, "rms_norm", "bug", "shape_sweep", "fp32", shape, seeds=[0])
-    assert res.status == "fail", res.message
+    res = _failed_sweep(catalog, "rms_norm", "broken_rms_norm:frozen_weight_tail_unwritten")
     assert res.message.startswith(f"at {LONG_ROWS} rows at hidden=2560"), res.message
     assert "gradient:x (weight frozen)" in res.message, res.message
     assert f"first at row {LONG_ROWS - 1}" in res.message, res.message
@@ -153,3 +175,23 @@ def test_the_plan_lists_the_dtypes_the_two_row_block_lead_leaves_out(catalog):
     assert plan.not_planned.get(gap, "").startswith("judged at bf16 alone"), plan.not_planned
     bf16 = api.plan(catalog, "logp", candidate_names=["torch"], device="cpu", dtype_names="bf16")
     assert not any(str(WIDE_BLOCK_ROWS) in k for k in bf16.not_planned)
+
+
+@pytest.mark.parametrize("rows", [2 * JUDGED + 1, 2 * JUDGED + 3 * FILLERS + 5])
+def test_body_rows_are_compared_with_the_filler_each_copies(rows, monkeypatch):
+    """Each row between the judged ones against ``fillers[i % FILLERS]``, by its bits, in
+    chunks that end mid-period or hold less than one."""
+    from kernelcheck.checks import far_rows
+    from kernelcheck.checks.metrics import bits
+
+    monkeypatch.setattr(far_rows, "BODY_CHUNK_ELEMENTS", 3 * 2 * FILLERS)  # 2 periods a chunk
+    fillers = torch.randn(FILLERS, 3) + 4  # no zeros: each edit below changes bits
+    order = row_order(rows)
+    got = torch.randn(rows, 3)
+    got[JUDGED : rows - JUDGED] = fillers[[o - 2 * JUDGED for o in order[JUDGED : rows - JUDGED]]]
+    assert body_rows_differing(got, bits(fillers)) is None
+    last = rows - JUDGED - 1
+    got[last, 2] *= 1 + 2**-20  # one ulp or so
+    assert body_rows_differing(got, bits(fillers)) == (last - JUDGED, 1)
+    got[JUDGED, 0] *= 2
+    assert body_rows_differing(got, bits(fillers)) == (0, 1 if last == JUDGED else 2)
