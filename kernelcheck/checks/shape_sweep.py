@@ -123,7 +123,14 @@ ODD_FACTORS = (3, 5, 7, 9)  # times 2^k (>= 2^5, <= 2^MAX_POWER): widths of no p
 # plain fp32 matmul over a 2^18 hidden dim errs past linear_logp's contract, and no
 # model is that wide.
 VOCAB_DIM = "vocab"
-MODEL_VOCABS = (32_000, 50_257, 128_256, 262_144, 262_208)
+MODEL_VOCABS = (32_000, 50_257, 100_352, 128_256, 152_064, 256_000, 262_144, 262_208)
+# past the tiled base and past WIDE_TILED_BASE (3 x 2^15 = 98,304: past 2^16, where a
+# kernel may take a wide-row path), base + 2^j for each j from 6 until 2^j is an eighth
+# of the base: a width whose largest power-of-two divisor is exactly 2^j (the residues
+# give 1 to 32), so a tile count floored past one tile of any size leaves a last
+# partial tile of each size; real widths are such (Llama 2's 11,008 = 43 x 256, Qwen2.5's
+# vocabulary 152,064 = 297 x 512), where 2^k and 3, 5, 7, 9 x 2^k are multiples of 1,024
+WIDE_TILED_BASE = 3 << 15
 LONG_ROWS = 65_537
 # the far-rows lead's rows in the narrowest dtype's case: past 65,535 blocks of two rows (a
 # block of 8,192 elements holds two rows of 2,560), at twice the cost, once per candidate
@@ -211,13 +218,16 @@ def tiled_base(largest: int | None = None) -> int:
 
 def sweep_sizes(dim: str = "", largest: int | None = None, residues: bool = True) -> list[int]:
     """The reduced-dim sizes, ascending: 1..16, every residue mod 128 past SWEEP_BASE, mod 64
-    past the tiled base (unless not ``residues``), 2^k - 1, 2^k, 2^k + 1 for k =
+    past the tiled base, each 2^j from 64 past it and past WIDE_TILED_BASE (unless not
+    ``residues``), 2^k - 1, 2^k, 2^k + 1 for k =
     1..MAX_POWER, ODD_FACTORS x 2^k; MODEL_VOCABS too for ``dim`` VOCAB_DIM; none past
     ``largest`` (a spec's ``sweep_max``)."""
     sizes = set(range(1, SMALL_SIZES + 1)) | (set(MODEL_VOCABS) if dim == VOCAB_DIM else set())
     if residues:
         sizes |= {SWEEP_BASE + r for r in range(HOT_RESIDUES)}
         sizes |= {tiled_base(largest) + r for r in range(RESIDUES)}
+        for base in (tiled_base(largest), WIDE_TILED_BASE):
+            sizes |= {base + (1 << j) for j in range(6, base.bit_length() - 2)}
     for k in range(1, MAX_POWER + 1):
         sizes |= {2**k - 1, 2**k, 2**k + 1}
     sizes |= {m << k for m in ODD_FACTORS for k in range(5, MAX_POWER) if m << k <= 2**MAX_POWER}
@@ -395,7 +405,8 @@ class ShapeSweep(Check):
     summary = (
         "forward and backward within the contract tolerance, and as precise as the fp32 "
         "reference (edges rows), at tail sizes: every residue mod 128 in one tile and mod "
-        "64 past several, 2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
+        "64 past several, each largest power-of-two divisor past 24,576 and 98,304, "
+        "2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
         "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560); "
         "rows past 2^31 elements at the narrowest dtype"
     )

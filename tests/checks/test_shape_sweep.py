@@ -28,7 +28,7 @@ from kernelcheck.checks.shape_sweep import (
     swept_dims,
     wide_batches,
 )
-from tests.conftest import SPECS, run_one, run_small, with_candidate
+from tests.conftest import SPECS, run_one, run_small, with_candidate, with_op_candidate
 
 
 def test_the_sizes_cover_every_residue_and_every_power_of_two_edge():
@@ -189,6 +189,8 @@ def test_a_shape_specialised_after_16_calls_fails_on_its_hot_call(catalog):
         ("tile_start_target", "fp32", "vocab=", "forward_accuracy"),
         # a tile-edge bug of one 16-bit path
         ("tile_start_target_16_bit", "bf16", "vocab=", "forward_accuracy"),
+        # a wide path's last partial tile dropped where the width is whole 512-blocks
+        ("partial_tile_dropped_past_2_16", "fp32", "vocab=98816", "forward_accuracy"),
     ],
 )
 def test_a_tiled_kernel_wrong_at_a_tile_edge_fails(catalog, bug, dtype, where, judge):
@@ -197,6 +199,17 @@ def test_a_tiled_kernel_wrong_at_a_tile_edge_fails(catalog, bug, dtype, where, j
     assert res.status == "fail", res.message
     assert f"at {where}" in res.message and f"{judge}:" in res.message, res.message
     assert res.metrics["failing_check"] == judge
+
+
+def test_tiles_of_1024_with_a_remainder_loop_for_256_fail_at_a_width_of_whole_256s(catalog):
+    """swiglu from 8,192 columns on: whole 1,024-column tiles, then a remainder loop for
+    fewer than 256 columns, leaving the last width % 1,024 unwritten at Llama 2's 11,008
+    (a round-18 red team's): every width the sweep had past 8,192 was a multiple of 1,024
+    or of no 256; 24,576 + 256 is neither."""
+    cat = with_op_candidate(catalog, "swiglu", "bug", "broken_swiglu:tiles_of_1024_past_8192")
+    shape = dict(cat.ops["swiglu"].grid.shapes[0])
+    res = run_one(cat, "swiglu", "bug", "shape_sweep", "fp32", shape, seeds=[0])
+    assert res.status == "fail" and res.message.startswith("at inter=24832"), res.message
 
 
 @pytest.mark.slow  # two whole sweeps
