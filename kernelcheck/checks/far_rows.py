@@ -187,12 +187,13 @@ def _first_body_difference(
         if not isinstance(c, torch.Tensor) or tuple(c.shape[:nlead]) != tuple(lead):
             continue  # a wrong shape: the accuracy judge reports it
         got = flat_rows(c.detach(), nlead).reshape(rows, -1)
-        want = bits(flat_rows(a.detach(), nlead).reshape(2 * JUDGED + FILLERS, -1)[2 * JUDGED :])
+        mine = flat_rows(a.detach(), nlead)
+        want = bits(mine.reshape(2 * JUDGED + FILLERS, -1)[2 * JUDGED :])
         differ = body_rows_differing(got, want.cpu())
         if differ:
             first, count = differ
             row, filler = JUDGED + first, 2 * JUDGED + first % FILLERS
-            detail = first_bit_difference(got[row].cpu(), flat_rows(a.detach(), nlead)[filler])
+            detail = first_bit_difference(got[row].cpu(), mine[filler])
             label = f"gradient:{what[k]}" if names else f"output:{what[k]}"
             message = (
                 f"{label}{suffix}: {count} of {rows - 2 * JUDGED} rows between the judged ones "

@@ -7,17 +7,17 @@ column index, a row offset that stops advancing after 65,535 launches. The grid'
 shapes rarely land there, so this check goes there on purpose, with a few rows each:
 
 - every inner dim (each dim that is not a lead dim: logp's vocab, rms_norm's hidden) at
-  every residue mod 64 twice: at ``SWEEP_BASE + r`` (r = 0..127, every residue mod 128: a
-  vector body runs several times before the tail, in one tile) and at ``TILED_BASE + r``
-  (r = 0..63; 24,576 = 3 x 8,192: rows of several tiles of any power-of-two size up to
-  8,192, whose last tile holds exactly r elements; a kernel's tiled path has a tail of its
-  own), at 1..16 (the body never runs), next to each power of two up to 2^17 (2^k - 1,
-  2^k, 2^k + 1: one tile and one index width short, exact, one over), at 3, 5, 7 and 9 x
-  2^k from 96 to 2^17 (multiples of a fine alignment but of no larger power-of-two tile: a
-  tile count floored, ``n // 2048`` at a hidden of 2,560, 3,072, 3,584, 5,120 or 7,168,
-  drops the last partial tile of a path meant for aligned widths) and, for a vocabulary,
-  at real models' vocabularies up to Gemma 3's 262,208 (a table of 64 tiles of 4,096 ends
-  at 2^18); the other inner dims at the op's defaults;
+  every residue twice: at ``SWEEP_BASE + r`` (r = 0..127, every residue mod 128: a vector
+  body runs several times before the tail, in one tile) and at ``TILED_BASE + r`` (r =
+  0..63, every residue mod 64; 24,576 = 3 x 8,192: rows of several tiles of any
+  power-of-two size up to 8,192, whose last tile holds exactly r elements; a kernel's
+  tiled path has a tail of its own), at 1..16 (the body never runs), next to each power of
+  two up to 2^17 (2^k - 1, 2^k, 2^k + 1: one tile and one index width short, exact, one
+  over), at 3, 5, 7 and 9 x 2^k from 96 to 2^17 (multiples of a fine alignment but of no
+  larger power-of-two tile: a tile count floored, ``n // 2048`` at a hidden of 2,560,
+  3,072, 3,584, 5,120 or 7,168, drops the last partial tile of a path meant for aligned
+  widths) and, for a vocabulary, at real models' vocabularies up to Gemma 3's 262,208 (a
+  table of 64 tiles of 4,096 ends at 2^18); the other inner dims at the op's defaults;
 - wide batches: each inner dim at 2^k + 1 for k in ``WIDE_POWERS`` and at its widest
   swept size, with ``WIDE_ELEMENTS`` (2^22) elements' worth of rows, between 64 and
   1,024 (Gemma's vocabulary: 64 rows): a kernel may pick its path by width and rows
