@@ -25,11 +25,13 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   a wide row for a training batch), which neither the sweep's few rows nor the grid's
   narrower shapes reach;
 - hot shapes: each residue shape past ``SWEEP_BASE`` (every residue mod ``HOT_RESIDUES``,
-  128) is called 32, 64, 128 or 256 more times (:func:`hot_calls`) and its forward
-  judged again: a kernel cache that specialises a shape after some calls (a tracing JIT,
-  a CUDA graph captured after warm-up, an autotuner's pick) runs other code from then
-  on, with tails of its own (an unrolled-by-128 body), and a real model calls every
-  shape thousands of times;
+  128) is called 32, 64, 128 or 256 more times (:func:`hot_calls`), and 8,191
+  (``LONG_HOT_SIZE``) 2,048 more, on the same inputs; each call whose bits differ from the
+  first's is judged like it (``checks/repeated_calls.py``): a kernel cache that
+  specialises a shape after some calls (a tracing JIT, a CUDA graph captured after
+  warm-up, an autotuner trying configurations) runs other code from then on, with tails
+  and tiles of its own (an unrolled-by-128 body, a floored tile count), and a real model
+  calls every shape thousands of times;
 - one lead of ``LONG_ROWS`` (65,537) rows at the op's default inner sizes (the widest at
   most 257: 2^24 elements in all): one grid dimension of 65,535 blocks, 16-bit row counts, and
   chunked passes over many rows. Its inputs and gold are shared by the run's candidates
@@ -107,6 +109,7 @@ from kernelcheck.checks.huge_rows import (
 )
 from kernelcheck.checks.outcome import CandidateFault, Outcome
 from kernelcheck.checks.precision import ForwardPrecision
+from kernelcheck.checks.repeated_calls import differing_calls
 from kernelcheck.checks.rows import placed_rows
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import OpSpec
@@ -163,6 +166,14 @@ NARROW_HUGE_ELEMENTS = 1 << 30
 # judged again; mod RESIDUES past the tiled base
 HOT_RESIDUES = 128
 HOT_CALLS = (32, 64, 128, 256)
+# one shape called this many more times: 2^13 - 1 (8,191), below every power of two up
+# to 8,192 by one, so a path that floors its count of tiles of any such size leaves out
+# a last tile short of one column (half the row at 4,096), or all of it at 8,192 and past;
+# a switch after 1,000 calls of a shape (a round-18 red team's logp, whose path for hot
+# shapes floors its count of 4,096-column tiles) shows nowhere a shape is called 257
+# times. Each call's bits compared: 0.2 ms (logp) to 1 ms (entropy) a call here
+LONG_HOT_SIZE = (1 << 13) - 1
+LONG_HOT_CALLS = 2048
 WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept size
 WIDE_ELEMENTS = 1 << 22  # a wide batch's elements, its rows within WIDE_ROWS
 WIDE_ROWS = (64, 1024)
@@ -370,12 +381,17 @@ def wide_batches(op: OpSpec, inner: dict[str, int]) -> list[tuple[str, dict[str,
 
 
 def hot_calls(label: str) -> int:
-    """How many more times the sweep calls a swept shape (``dim=size``) before it judges
-    its forward again, 0 for none: each residue mod HOT_RESIDUES past SWEEP_BASE, small
-    rows whose extra calls cost little, one of HOT_CALLS by the residue's count of set
-    bits, so every class of residues mod 16 (and the upper half mod 128) meets each."""
+    """How many more times the sweep calls a swept shape (``dim=size``) on its inputs,
+    judging each call whose bits differ from the first's, 0 for none: each residue mod
+    HOT_RESIDUES past SWEEP_BASE, small rows whose extra calls cost little, one of
+    HOT_CALLS by the residue's count of set bits, so every class of residues mod 16 (and
+    the upper half mod 128) meets each; LONG_HOT_SIZE, LONG_HOT_CALLS."""
     dim, sep, size = label.partition("=")
-    residue = int(size) - SWEEP_BASE if sep and " " not in dim else -1
+    if not sep or " " in dim:
+        return 0
+    if int(size) == LONG_HOT_SIZE:
+        return LONG_HOT_CALLS
+    residue = int(size) - SWEEP_BASE
     if not 0 <= residue < HOT_RESIDUES:
         return 0
     return HOT_CALLS[residue.bit_count() % len(HOT_CALLS)]
@@ -408,7 +424,8 @@ class ShapeSweep(Check):
         "64 past several, each largest power-of-two divisor past 24,576 and 98,304, "
         "2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
         "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560); "
-        "rows past 2^31 elements at the narrowest dtype"
+        "rows past 2^31 elements at the narrowest dtype; 129 shapes called 33 to 2,049 "
+        "times, each call whose bits change judged"
     )
 
     def __init__(self, ctx, params=None):
@@ -566,18 +583,22 @@ class ShapeSweep(Check):
                 if not self._judged(cls, sub, at, label, sizes):
                     return
             if hot and ForwardAccuracy in self._judge_classes():
-                warm = sub.to_device(at.cpu_inputs)  # one copy: these calls are not judged
-                for _ in range(hot):
-                    sub.call(warm)
-                again = Trial(sub, seed, dist)  # the same draws, a hot call
-                try:
-                    self._judged(
-                        ForwardAccuracy, sub, again, f"{label} after {hot + 1} calls", sizes
-                    )
-                finally:
-                    again.release()
+                self._judge_hot_calls(sub, at, label, sizes, hot)
         finally:
             at.release()
+
+    def _judge_hot_calls(self, sub, at: Trial, label: str, sizes: dict, hot: int) -> None:
+        """``hot`` more calls of the judged trial's inputs, each whose bits differ from the
+        judged call's judged like it (``checks/repeated_calls.py``)."""
+        for number, outputs in differing_calls(sub, at.cpu_inputs, at.outputs, hot):
+            again = Trial(sub, at.seed, at.distribution)  # the same draws
+            again.adopt_outputs(outputs)
+            try:
+                judged = f"{label}, forward call {number} of {hot + 1} on the same inputs"
+                if not self._judged(ForwardAccuracy, sub, again, judged, sizes):
+                    return
+            finally:
+                again.release()
 
     def _judge_far_rows(self, seed: int, dist: str, rows: int) -> None:
         """The far-rows lead (:func:`far_rows_shape`) of ``rows`` rows, judged at its first

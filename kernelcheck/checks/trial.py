@@ -84,6 +84,11 @@ class Trial(TrialMemory, InputWriteDetector):
 
         return self._cached("outputs", run)
 
+    def adopt_outputs(self, outputs: list[torch.Tensor]) -> None:
+        """Take a call made elsewhere on this trial's very inputs (a repeated call whose
+        bits differ from the first's) as this trial's forward, so the checks judge it."""
+        self.__dict__["_outputs"] = ("ok", [o.detach().cpu() for o in outputs])
+
     @property
     def gold(self) -> list[torch.Tensor]:
         def run():

@@ -14,6 +14,8 @@ from kernelcheck.cases.mirrored import PAGE_ELEMENTS_16, mirroring_available
 from kernelcheck.checks.far_rows import JUDGED
 from kernelcheck.checks.shape_sweep import (
     HOT_CALLS,
+    LONG_HOT_CALLS,
+    LONG_HOT_SIZE,
     LONG_ROWS,
     TILED_BASE,
     WIDE_ELEMENTS,
@@ -148,20 +150,59 @@ def test_a_shape_unrolled_by_128_after_48_calls_fails_on_its_hot_call(catalog):
     calls.clear()
     res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
     assert res.status == "fail" and "at vocab=" in res.message, res.message
-    assert re.search(r"vocab=3[2-7]\d after (65|129|257) calls", res.message), res.message
+    # the forward with grad that the backward's judge made was its 2nd call
+    assert re.search(r"vocab=3[2-7]\d, forward call 48 of (65|129|257) ", res.message), res.message
     calls.clear()  # the same shape's first call, as an ordinary case: exact
     first = run_one(cat, "logp", "bug", "forward_accuracy", "fp32", res.metrics["failing_shape"])
     assert first.status == "pass", first.message
 
 
+def _calls_of(name: str) -> dict:
+    """A hot-call fixture's call counts, cleared (its first call of every shape again)."""
+    from kernelcheck.spec.imports import resolve
+    from tests.conftest import FIXTURES
+
+    calls = resolve(f"scale_bugs:{name}", FIXTURES).__globals__["_CALLS"]
+    calls.clear()
+    return calls
+
+
+def test_a_path_for_shapes_called_over_1000_times_fails_past_its_1000th_call(catalog):
+    """Round 18's logp: a path for a shape's calls past the 1,000th, its 4,096-column tiles
+    counted with a floor, passed every check (the hot shapes had 257 calls at most)."""
+    cat = with_candidate(catalog, "bug", "scale_bugs:hot_shape_tiles_floored_after_1000")
+    calls = _calls_of("hot_shape_tiles_floored_after_1000")
+    res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
+    long_hot = LONG_HOT_SIZE
+    assert res.status == "fail", res.message
+    # its 1,001st call of the shape: the backward's judge made one with grad
+    at = f"at vocab={long_hot}, forward call 1000 of {LONG_HOT_CALLS + 1} "
+    assert at in res.message, res.message
+    calls.clear()  # the same shape's first call, as an ordinary case: exact
+    first = run_one(cat, "logp", "bug", "forward_accuracy", "fp32", res.metrics["failing_shape"])
+    assert first.status == "pass", first.message
+
+
+def test_an_autotuners_broken_trial_configuration_fails_on_its_one_call(catalog):
+    """Every repeated call whose bits differ from the first's is judged, not only the
+    last: an autotuner's 3rd call of each shape, with a configuration it then drops."""
+    cat = with_candidate(catalog, "bug", "scale_bugs:autotuner_tries_a_broken_config")
+    _calls_of("autotuner_tries_a_broken_config")
+    res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
+    assert res.status == "fail", res.message
+    assert re.search(r"at vocab=257, forward call 2 of \d+ ", res.message), res.message
+
+
 def test_each_hot_call_count_meets_every_residue_class_mod_16_and_the_upper_half_mod_128():
     hot = {size: hot_calls(f"vocab={size}") for size in sweep_sizes("vocab")}
-    assert {s for s, n in hot.items() if n} == set(range(256, 384))
+    assert {s for s, n in hot.items() if n} == {*range(256, 384), LONG_HOT_SIZE}
     for calls in HOT_CALLS:
         sizes = [s for s, n in hot.items() if n == calls]
+        assert sizes and max(sizes) < 384, calls
         assert {s % 16 for s in sizes} == set(range(16)), calls
         assert any(s % 128 >= 64 for s in sizes), calls
     assert hot_calls("3 rows at vocab=300") == 0 and hot_calls("vocab=255") == 0
+    assert hot_calls(f"vocab={LONG_HOT_SIZE}") == LONG_HOT_CALLS
 
 
 def test_a_shape_specialised_after_16_calls_fails_on_its_hot_call(catalog):
@@ -174,7 +215,7 @@ def test_a_shape_specialised_after_16_calls_fails_on_its_hot_call(catalog):
     calls = resolve("scale_bugs:hot_shape_drops_tail", FIXTURES).__globals__["_CALLS"]
     calls.clear()
     res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
-    assert res.status == "fail" and "at vocab=257 after 65 calls" in res.message, res.message
+    assert res.status == "fail" and "at vocab=257, forward call 16 of 65 " in res.message
     calls.clear()  # the same shape's first call, as an ordinary case: exact
     first = run_one(cat, "logp", "bug", "forward_accuracy", "fp32", res.metrics["failing_shape"])
     assert first.status == "pass", first.message

@@ -1,0 +1,51 @@
+"""A shape called again and again on the same inputs: which calls to judge.
+
+A kernel cache that specialises a shape after some calls (a tracing JIT, a CUDA graph
+captured after warm-up, an autotuner trying configurations, then keeping one) runs other
+code from some call on, and a real training loop calls each shape thousands of times.
+Judging every call against the gold would cost a gold comparison a call; a call whose
+bits equal the judged first call's was judged already, so only calls whose bits differ
+are judged (each new bit pattern once, up to ``JUDGED_PATTERNS``: a kernel whose bits
+vary from call to call is ``determinism``'s to fail, not a reason to judge thousands).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from kernelcheck.checks.context import CaseContext
+from kernelcheck.checks.metrics import bits
+
+JUDGED_PATTERNS = 8  # differing calls judged per shape, each of bits not seen before
+
+
+def differing_calls(
+    ctx: CaseContext,
+    cpu_inputs: dict[str, torch.Tensor],
+    judged: list[torch.Tensor],
+    calls: int,
+) -> Iterator[tuple[int, list[torch.Tensor]]]:
+    """Call the candidate ``calls`` more times on one device copy of ``cpu_inputs`` (a
+    loop's), and yield (call number, CPU outputs) of each call whose bits differ from
+    ``judged`` (the first call's outputs) and from every call yielded before; the first
+    call is number 1. Each is compared with copies: a kernel that returns one buffer of
+    its own for every call would otherwise have each call compared with itself."""
+    seen = [[o.clone() for o in judged]]
+    inputs = ctx.to_device(cpu_inputs)
+    for number in range(2, calls + 2):
+        outputs = [o.detach().cpu() for o in ctx.call(inputs)]
+        if any(_same_bits(outputs, pattern) for pattern in seen):
+            continue
+        yield number, outputs
+        seen.append([o.clone() for o in outputs])
+        if len(seen) > JUDGED_PATTERNS:
+            return
+
+
+def _same_bits(outputs: list[torch.Tensor], pattern: list[torch.Tensor]) -> bool:
+    return len(outputs) == len(pattern) and all(
+        o.shape == p.shape and o.dtype == p.dtype and torch.equal(bits(o), bits(p))
+        for o, p in zip(outputs, pattern)
+    )
