@@ -117,6 +117,25 @@ def rows(op: OpSpec, sizes: dict[str, int]) -> int:
     return math.prod(lead_shape(op, sizes))
 
 
+def row_work(op: OpSpec, sizes: dict[str, int]) -> int:
+    """The product of a row's dims (the non-lead ones), at least 1: the multiply-adds a
+    row costs, which bounds how many rows the checks' big batches can afford."""
+    return max(1, math.prod(n for d, n in sizes.items() if d not in op.lead))
+
+
+def at_first_dtype(op: OpSpec, case: Case) -> bool:
+    """Whether ``case`` is in the grid's first dtype: where a check does once per op and
+    attributes what the other dtypes leave to it."""
+    return not op.grid.dtypes or case.dtype == op.grid.dtypes[0]
+
+
+def at_first_grid_case(op: OpSpec, case: Case) -> bool:
+    """Whether ``case`` is at the grid's first dtype and first shape (its attributes
+    aside): where a check does once per op what it cannot afford in every case."""
+    shapes = op.grid.shapes
+    return at_first_dtype(op, case) and (not shapes or case.sizes == shapes[0])
+
+
 def parse_sizes(text: str, flag: str = "--shape") -> dict[str, int]:
     """``"batch=2,vocab=257"`` -> {"batch": 2, "vocab": 257}; ValueError naming ``flag``."""
     sizes: dict[str, int] = {}

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from kernelcheck import dtypes
+from kernelcheck.cases import grid
 from kernelcheck.cases.grid import Case, lead_shape
 from kernelcheck.cases.inputs import loss_mask_rows, make_inputs, make_upstream
 from kernelcheck.cases.trial_store import SharedTrials, trial_key
@@ -95,9 +96,8 @@ class CaseContext:
 
     @property
     def row_work(self) -> int:
-        """The product of a row's dims (the non-lead ones), at least 1: the multiply-adds
-        a row costs, which bounds how many rows the big batches can afford."""
-        return max(1, math.prod(n for d, n in self.sizes.items() if d not in self.op.lead))
+        """``cases.grid.row_work`` of the case's shape."""
+        return grid.row_work(self.op, self.sizes)
 
     def row_bytes(self, itemsize: int) -> int:
         """Bytes of one lead row of the row-wise inputs, their floats at ``itemsize``."""
@@ -130,16 +130,12 @@ class CaseContext:
         return bool(off) and firsts and len(off) >= min(2, len(sweeps))
 
     def at_first_dtype(self) -> bool:
-        """Whether the case is in the grid's first dtype: where a check does once per op
-        and attributes what the other dtypes leave to it."""
-        dtypes = self.op.grid.dtypes
-        return not dtypes or self.case.dtype == dtypes[0]
+        """``cases.grid.at_first_dtype`` of the case."""
+        return grid.at_first_dtype(self.op, self.case)
 
     def at_first_grid_case(self) -> bool:
-        """Whether the case is at the grid's first dtype and first shape (its attributes
-        aside): where a check does once per op what it cannot afford in every case."""
-        shapes = self.op.grid.shapes
-        return self.at_first_dtype() and (not shapes or self.case.sizes == shapes[0])
+        """``cases.grid.at_first_grid_case`` of the case."""
+        return grid.at_first_grid_case(self.op, self.case)
 
     def at_attributes(self, changes: dict) -> CaseContext:
         """This context with the candidate and the gold bound to the case's attributes

@@ -22,6 +22,7 @@ import math
 import torch
 
 from kernelcheck import dtypes
+from kernelcheck.cases.grid import at_first_grid_case, row_work
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.metrics import bits, first_bit_difference, row_digests
@@ -69,24 +70,22 @@ class Determinism(Check):
         "first_batch_work": 1 << 26,
     }
 
-    @classmethod
-    def lead_work(cls, op, case, params: dict) -> int:
-        """The training batch's (``big_rows``; ``huge_rows`` in the grid's first case, the
-        big-batch case's), within its products of a row's dims."""
-        params = {**cls.PARAMS, **params}
-        lead = [case.sizes[d] for d in op.lead if d in case.sizes]
-        row_work = max(1, math.prod(case.sizes.values()) // max(1, math.prod(lead)))
-        work = min(int(params["big_rows"]) * row_work, int(params["big_work"]))
-        first = op.grid.dtypes[:1] in ([], [case.dtype])
-        if first and op.grid.shapes[:1] in ([], [case.sizes]):
-            huge = min(int(params["huge_rows"]) * row_work, int(params["huge_work"]))
-            work = max(work, huge)
-        return work
-
     summary = (
         "repeated runs (forward, and backward with its call's outputs when on) are bit-identical"
     )
     uses = frozenset({"outputs", "grads", "grad_outputs"})
+
+    @classmethod
+    def lead_work(cls, op, case, params: dict) -> int:
+        """The training batch's (``big_rows``; ``huge_rows`` in the grid's first case, an
+        upper bound on the big-batch case's), within its products of a row's dims."""
+        params = {**cls.PARAMS, **params}
+        work_of_row = row_work(op, case.sizes)
+        work = min(int(params["big_rows"]) * work_of_row, int(params["big_work"]))
+        if at_first_grid_case(op, case):
+            huge = min(int(params["huge_rows"]) * work_of_row, int(params["huge_work"]))
+            work = max(work, huge)
+        return work
 
     def __init__(self, ctx, params=None):
         super().__init__(ctx, params)

@@ -95,7 +95,7 @@ from __future__ import annotations
 import math
 
 from kernelcheck import dtypes
-from kernelcheck.cases.grid import lead_sizes, swept_widths
+from kernelcheck.cases.grid import at_first_dtype, lead_sizes, swept_widths
 from kernelcheck.cases.inputs import MIX, parts_of
 from kernelcheck.cases.mirrored import PAGE_ELEMENTS_16, mirroring_available
 from kernelcheck.checks.accuracy import BackwardAccuracy, ForwardAccuracy
@@ -441,12 +441,12 @@ class ShapeSweep(Check):
     @classmethod
     def lead_work(cls, op, case, params: dict) -> int:
         """The far-rows lead's, at the grid's attributes or in its first dtype (an upper
-        bound: the big-batch case's), and the huge leads' together in the narrowest
-        dtype's case at the grid's attributes."""
+        bound on :meth:`_far_rows_here`'s big-batch case), and the huge leads' together in
+        the narrowest dtype's case at the grid's attributes."""
         full = not op.off_grid(case.attributes)
         narrowest = full and case.dtype == narrowest_dtype(op)
         work = 0
-        if swept_dims(op) and (full or op.grid.dtypes[:1] in ([], [case.dtype])):
+        if swept_dims(op) and (full or at_first_dtype(op, case)):
             rows = WIDE_BLOCK_ROWS if narrowest else LONG_ROWS
             work = math.prod(far_rows_shape(op, rows)[1].values())
         if narrowest:
