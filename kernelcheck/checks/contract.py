@@ -40,6 +40,10 @@ LOSS_SCALE = 4096.0
 # tokens times a KL coefficient of 1e-3; a backward that treats it as zero (a loss-masked
 # row's skip tested with |g| < eps) drops the rows of every such step
 TOKEN_MEAN_SCALE = 2.0**-30
+# must_raise's packed batch: up to 256 rows (sequence packing: every position active),
+# within 2^22 products of a row's dims (16 rows at the Qwen3 vocabulary, the head's)
+PACKED_ROWS = 256
+PACKED_ELEMENTS = 1 << 22
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
 # of saved statistics reads another call's
 IN_FLIGHT = 9
@@ -407,11 +411,36 @@ class Contract(Check):
     def _must_raise(self, trial: Trial) -> None:
         """Each declared value at an active position must make the candidate raise, in
         each call mode: no grad, under ``inference_mode`` (a rollout's) and with grad (a
-        training step's), which may be kernels of their own, each with its own check."""
+        training step's), which may be kernels of their own, each with its own check; in
+        the trial's first rows, and in a packed batch (:meth:`_packed`)."""
         rule = self.ctx.op.must_raise
         if rule is None:
             return
-        ctx = self.ctx
+        before = len(self.problems)
+        self._raises_in(trial, *self._head(trial), "")
+        packed, lead = self._packed(trial)
+        if len(self.problems) == before:
+            self._raises_in(trial, packed, lead, f" in a packed batch of {lead[0]} rows")
+        if len(self.problems) == before:
+            self.passed.append(f"{rule.input} out of range -> raises")
+
+    def _packed(self, trial: Trial) -> tuple[dict, tuple[int, ...]]:
+        """A packed batch: up to PACKED_ROWS rows (within PACKED_ELEMENTS products of a
+        row's dims, at least the head's), every position active (the rule's mask all
+        true: sequence packing leaves no padding). A kernel may take a fast path for an
+        all-true mask or many rows that skips the masked selects, and its range check."""
+        rows = max(int(self.params["rows"]), PACKED_ELEMENTS // self.ctx.row_work)
+        lead = (min(PACKED_ROWS, rows),)
+        inputs = self.ctx.draw(trial.seed, trial.distribution, lead=lead, salt="packed")
+        where = self.ctx.op.must_raise.where
+        if where:
+            inputs[where] = torch.ones_like(inputs[where])
+        return inputs, lead
+
+    def _raises_in(self, trial: Trial, drawn: dict, lead: tuple[int, ...], batch: str) -> None:
+        """The must-raise calls on ``drawn`` (each value planted at the first position and
+        at the last, active), each failing one a problem; ``batch`` names the batch."""
+        rule, ctx = self.ctx.op.must_raise, self.ctx
         modes = {
             "": lambda d, lead: ctx.call(d),
             " under inference_mode": lambda d, lead: ctx.call(d, True),
@@ -420,11 +449,10 @@ class Contract(Check):
             modes[" with grad"] = lambda d, lead: ctx.call_backward(
                 d, ctx.upstream(trial.seed, lead)
             )
-        before = len(self.problems)
         # at the first position and at the last: a check over the first rows (a block's,
         # a first tile's) alone misses the rest
         for value, at in itertools.product(rule.values, (0, -1)):
-            inputs, lead = self._head(trial)
+            inputs = {k: v.clone() for k, v in drawn.items()}
             if rule.where:
                 inputs[rule.where].reshape(-1)[at] = True
             v = eval_dim_expr(value, self.ctx.sizes)
@@ -438,10 +466,8 @@ class Contract(Check):
                     continue  # raised, as the contract asks
                 where = f" at an active position ({rule.where} true)" if rule.where else ""
                 last = " (the last position)" if at else ""
-                self.problems.append(f"{rule.input}={v}{where}{last} did not raise{how}")
+                self.problems.append(f"{rule.input}={v}{where}{last}{batch} did not raise{how}")
                 break
-        if len(self.problems) == before:
-            self.passed.append(f"{rule.input} out of range -> raises")
 
     def _empty(self, trial: Trial) -> None:
         if not self.ctx.op.lead:

@@ -312,8 +312,8 @@ def test_an_attribute_sweep_takes_the_size_edges_where_a_wide_path_forgets_it(ca
 def test_a_16_bit_attribute_sweep_takes_the_edges_wider_than_the_sweeps_shapes(catalog):
     """rms_norm whose 16-bit path alone hard-codes eps past hidden 4,096: at eps = 1e-3
     (a sweep value, pinned; not the big-batch case's 1e-5, which adds the far rows) fp32
-    passes every edge; bf16 fails at hidden 4,097, its first edge past the sweeps' own
-    shapes (hidden 256 and 4,096), which it skips."""
+    passes every edge; bf16 fails at hidden 8,193, its first edge past the sweeps' own
+    shapes (hidden 256 and 8,192, whose case judges it there), which it skips."""
     from tests.conftest import with_op_candidate
 
     bug = "broken_rms_norm:eps_fixed_past_4096_in_16_bits"
@@ -334,8 +334,8 @@ def test_a_16_bit_attribute_sweep_takes_the_edges_wider_than_the_sweeps_shapes(c
     edges = len(sweep_sizes("hidden", residues=False))
     assert by["fp32"].metrics["shapes"] == edges
     assert by["bf16"].status == "fail", by["bf16"].message
-    assert by["bf16"].message.startswith("at hidden=4097 ")
-    assert by["bf16"].metrics["shapes"] == 1  # 4,097: the first one past 4,096
+    assert by["bf16"].message.startswith("at hidden=8193 ")
+    assert by["bf16"].metrics["shapes"] == 1  # 8,193: the first one past 8,192
 
 
 @pytest.mark.slow  # 2^24 logits

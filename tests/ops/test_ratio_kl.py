@@ -40,6 +40,8 @@ PLANTED_BUGS = [
     ("every-grad-assumed", "unused_outputs: candidate backward raised"),
     ("ignore-index-exempt", "action_ids=-100 at an active position"),
     ("range-checked-in-first-rows", "(the last position) did not raise"),
+    # every position active, 64 or more: sequence packing's fast path (a round-19 red team's)
+    ("packed-skips-range-check", "in a packed batch of 256 rows did not raise"),
     ("masked-by-indexing", "attention_mask as int64 0/1: output 'ratio'"),
     ("in-reference-dtype", "bf16 ref_logits beside fp32 policy_logits: output 'ratio'"),
     ("reference-cached-while-training", "between calls, rows rolled, weights negated (with grad)"),
