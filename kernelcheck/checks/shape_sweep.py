@@ -162,8 +162,8 @@ HUGE_INNER = 151_936
 NARROW_HUGE_INNER = PAGE_ELEMENTS_16
 NARROW_HUGE_ELEMENTS = 1 << 30
 # the residues past SWEEP_BASE: every one mod 128 (a body unrolled by 128, a block of 128
-# lanes), each a hot shape, called one of HOT_CALLS times more before its forward is
-# judged again; mod RESIDUES past the tiled base
+# lanes), each a hot shape, called one of HOT_CALLS times more, each call whose bits
+# differ from the first's judged; mod RESIDUES past the tiled base
 HOT_RESIDUES = 128
 HOT_CALLS = (32, 64, 128, 256)
 # one shape called this many more times: 2^13 - 1 (8,191), below every power of two up
@@ -424,8 +424,8 @@ class ShapeSweep(Check):
         "64 past several, each largest power-of-two divisor past 24,576 and 98,304, "
         "2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
         "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560); "
-        "rows past 2^31 elements at the narrowest dtype; 129 shapes called 33 to 2,049 "
-        "times, each call whose bits change judged"
+        "rows past 2^31 elements at the narrowest dtype; 129 shapes a swept dim called "
+        "33 to 2,049 times, each call whose bits change judged"
     )
 
     def __init__(self, ctx, params=None):
@@ -589,10 +589,19 @@ class ShapeSweep(Check):
 
     def _judge_hot_calls(self, sub, at: Trial, label: str, sizes: dict, hot: int) -> None:
         """``hot`` more calls of the judged trial's inputs, each whose bits differ from the
-        judged call's judged like it (``checks/repeated_calls.py``)."""
-        for number, outputs in differing_calls(sub, at.cpu_inputs, at.outputs, hot):
-            again = Trial(sub, at.seed, at.distribution)  # the same draws
-            again.adopt_outputs(outputs)
+        judged call's judged like it (``checks/repeated_calls.py``); a fault names the
+        shape and the call."""
+        calls = differing_calls(sub, at.cpu_inputs, at.outputs, hot)
+        while True:
+            try:
+                number, outputs = next(calls, (0, None))
+            except CandidateFault as exc:
+                named = type(exc)(f"at {label}, {exc}")
+                named.out_of_memory = exc.out_of_memory
+                raise named from None
+            if outputs is None:
+                return
+            again = at.repeated(outputs)
             try:
                 judged = f"{label}, forward call {number} of {hot + 1} on the same inputs"
                 if not self._judged(ForwardAccuracy, sub, again, judged, sizes):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kernelcheck.cases.grid import Case
@@ -46,7 +47,9 @@ def test_a_kernel_returning_one_buffer_of_its_own_is_compared_with_copies(catalo
     assert [n for n, _ in found] == [3]
 
 
-def test_a_kernel_whose_bits_vary_every_call_has_only_some_judged(catalog):
+def test_a_kernel_whose_bits_vary_every_call_has_some_and_its_last_call_judged(catalog):
+    """Past JUDGED_PATTERNS every call is still made, and the last one judged: a kernel
+    whose bits vary from call to call may still switch paths at its 50th."""
     made = []
 
     def fn(logits, target):
@@ -55,4 +58,22 @@ def test_a_kernel_whose_bits_vary_every_call_has_only_some_judged(catalog):
 
     first = [fn(**_inputs())]
     found = list(differing_calls(_ctx(catalog, fn), _inputs(), first, 100))
-    assert [n for n, _ in found] == list(range(2, JUDGED_PATTERNS + 2))
+    assert [n for n, _ in found] == [*range(2, JUDGED_PATTERNS + 2), 101]
+    assert len(made) == 101 and float(found[-1][1][0][0]) == 101.0
+
+
+def test_each_call_gets_fresh_inputs_and_a_fault_names_its_call(catalog):
+    from kernelcheck.checks.outcome import CandidateFault
+
+    def fn(logits, target):  # writes its input, and raises on its 4th call
+        logits.add_(1.0)
+        if float(logits[0, 0]) != 1.0:
+            raise AssertionError("inputs written by an earlier call")
+        fn.calls = getattr(fn, "calls", 0) + 1
+        if fn.calls == 3:
+            raise ValueError("broken")
+        return logits[:, 0].clone()
+
+    found = differing_calls(_ctx(catalog, fn), _inputs(), [torch.ones(2)], 5)
+    with pytest.raises(CandidateFault, match="forward call 4 of 6 on the same inputs: "):
+        list(found)

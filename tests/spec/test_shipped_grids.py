@@ -3,8 +3,9 @@
 The layout probes (``contract``), the frozen-input backwards and the bit checks run at the
 grid's shapes; ``shape_sweep`` judges values of contiguous calls elsewhere. A round-19 red
 team's four kernels, each wrong or batch-variant only at a width of whole 256s past 4,096
-(Llama 3's 128,256, a hidden of 8,192, an intermediate of 11,008), passed every check
-while the grids' widths were 257, 1,000, 10,000, 151,936 and 4,096 at most.
+(its proofs at Llama 3's 128,256, a hidden of 8,192, an intermediate of 11,008), passed
+every check while the grids' widths were 257, 1,000, 10,000, 151,936 and 4,096 at most;
+the grids now have 32,768, 8,192 and 14,336.
 """
 
 from __future__ import annotations
