@@ -726,12 +726,15 @@ class Contract(Check):
         attribute values: ``CaseContext.siblings``) called first on the case's very
         tensors of each float input both ops take, its other inputs drawn: the
         candidate's output must then be within the contract tolerance of the gold, and
-        again after those tensors are refilled in place (:meth:`_refills`' first). A
+        again after its tensors are refilled in place (:meth:`_refills`' first). A
         library whose logp keeps row statistics for its entropy, keyed by the tensor,
         serves them at the wrong temperature or for old values."""
         ctx = self.ctx
         head, lead = self._head(trial)
         how, new = next(self._refills(head, lead))
+        # every input the refill changes (the ids too, rows rolled with the logits): the
+        # output is judged against the gold of what the candidate's tensors then hold
+        changed = [k for k in head if not torch.equal(new[k], head[k])]
         for label, sib, fn in ctx.siblings:
             both = [k for k in head if head[k].is_floating_point() and _same_input(ctx.op, sib, k)]
             if not both:
@@ -745,7 +748,7 @@ class Contract(Check):
                 continue  # a sibling that refuses these inputs is its own op's to judge
             self._judge_outputs(f"{what}: output", ctx.call(dev), head, lead, whose="the gold")
             _sibling_ran(fn, args)
-            _refill(dev, new, both)
+            _refill(dev, new, changed)
             self._judge_outputs(f"{what}, then {how}: output", ctx.call(dev), new, lead)
             if ctx.grad:
                 self._after_sibling_with_grad(trial, (head, lead), fn, theirs, both, what)
@@ -1197,7 +1200,10 @@ class Contract(Check):
         half its dtype's range, the candidate's must be finite. A backward that multiplies
         two 16-bit operands in 16 bits before going to fp32 (``dy * up`` as a half2
         product) overflows there while the gradient it computes fits; at the drawn upstream
-        of std 1 it is only a rounding off. Judged for finiteness only, as ``_scaled_up``."""
+        of std 1 it is only a rounding off. Divided by the factor again, it must be within
+        the contract tolerance of the gold gradient divided alike, wherever that is within
+        half the dtype's range: a backward that saturates such a product to the 16-bit
+        range instead (finite, and wrong by up to 90%) fails there."""
         ctx, factor = self.ctx, float(self.params["loss_scale"])
         if factor <= 1.0 or not ctx.grad:
             return
@@ -1213,20 +1219,29 @@ class Contract(Check):
             self._finite_where_gold_is(f"{label}: gradient {n!r}", got[n], want[n])
         if len(self.problems) == before:
             self.passed.append(f"{label}: finite where the gold is")
+        self._scaled_upstream(trial, factor, label)
 
     def _scaled_down(self, trial: Trial) -> None:
         """A backward handed the upstream gradient times ``token_mean_scale`` (2^-30: a
-        loss averaged over 2^20 tokens with a coefficient of 1e-3), the inputs as drawn:
-        its gradient divided by that power of two must be within the contract tolerance of
-        the gold gradient of the drawn upstream, wherever the gold's scaled value is a
-        normal number of the gradient's dtype. Not where the upstream's own dtype cannot
-        hold the scaled values exactly (an fp16 output's: they underflow). A backward that
-        skips a row whose upstream is below some eps (a loss-masked row's test written
-        ``fabsf(g) < 1e-6f``) zeroes every row of such a step; at the drawn upstream of
-        std 1 it is exact."""
-        ctx, factor = self.ctx, float(self.params["token_mean_scale"])
-        if not 0.0 < factor < 1.0 or not ctx.grad:
-            return
+        loss averaged over 2^20 tokens with a coefficient of 1e-3), judged as
+        :meth:`_scaled_upstream`. A backward that skips a row whose upstream is below some
+        eps (a loss-masked row's test written ``fabsf(g) < 1e-6f``) zeroes every row of
+        such a step; at the drawn upstream of std 1 it is exact."""
+        factor = float(self.params["token_mean_scale"])
+        if 0.0 < factor < 1.0 and self.ctx.grad:
+            self._scaled_upstream(
+                trial, factor, f"the upstream gradient x{factor:g} (a token mean)"
+            )
+
+    def _scaled_upstream(self, trial: Trial, factor: float, label: str) -> None:
+        """A backward of the in-range rows (the out-of-range rule owns the others'
+        gradient) handed the upstream gradient times ``factor``, the inputs as drawn: its
+        gradient divided by ``factor`` must be within the contract tolerance of the gold
+        gradient of the drawn upstream, wherever the gold's scaled value is a normal number
+        of the gradient's dtype within half its range (past it an honest rounding may
+        overflow). Not where the upstream's own dtype cannot hold the scaled values exactly
+        (an fp16 output's: they underflow or overflow)."""
+        ctx = self.ctx
         head, lead = self._in_range_rows(*self._head(trial))
         if not lead[0]:
             return
@@ -1236,13 +1251,13 @@ class Contract(Check):
             return  # the upstream's dtype cannot hold it: no training step hands it over
         _, got = ctx.call_backward(ctx.to_device(head), scaled)
         want = self._gold_gradients(head, [u.cpu() for u in drawn], lead)
-        label = f"the upstream gradient x{factor:g} (a token mean)"
         before, judged = len(self.problems), 0
         for n in want:
             g = got[n].detach().cpu().reshape(-1)
             if g.shape != want[n].shape or not g.is_floating_point():
                 continue  # the shape and dtype probes report those
-            held = want[n].abs() * factor >= torch.finfo(g.dtype).tiny
+            info, size = torch.finfo(g.dtype), want[n].abs() * factor
+            held = (size >= info.tiny) & (size <= info.max / 2)
             unscaled = torch.where(held, g.double() / factor, want[n])
             tol = ctx.tolerance("backward_accuracy", n)
             what = f"{label}: gradient {n!r} / the factor"

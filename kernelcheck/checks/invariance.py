@@ -75,10 +75,11 @@ FEW_THREADS = 1  # the other small batches' count: no reduction is split at one 
 # threads (split-K for a small batch) splits nothing at 2 threads, and a server's 64
 # cores would split it
 MANY_THREADS_AT_LEAST = 8
-# a few rows alone again at this many threads (a server's cores; a GPU's SMs): a kernel
-# may split a row across threads only past a count (more threads than 8 and than rows),
-# which all the pool at WIDE_THREADS would cost too much to show (1.6x the default run)
-WIDE_THREADS, WIDE_ROWS = 32, 16
+# a few rows alone again at each of these many threads (a server's cores, a dual-socket
+# one's; a GPU's SMs): a kernel may split a row across threads only past a count (more
+# threads than 8 and than rows; 64, a big machine's), which all the pool at WIDE_THREADS
+# would cost too much to show (1.6x the default run at 32)
+WIDE_THREADS, WIDE_ROWS = (32, 128), 16
 # the rows alone, and their batch, at each other attribute value (an odd batch past 16)
 OTHER_VALUE_ROWS, OTHER_VALUE_BATCH = 48, 97
 
@@ -391,12 +392,13 @@ class _Invariance(Check):
 
     def _wide_alone(self, trial: Trial, run, rows: int, reference) -> None:
         """``WIDE_ROWS`` pool rows, spread over the pool (its distributions), alone again
-        at ``WIDE_THREADS`` threads."""
-        label = f"rows alone at {WIDE_THREADS} threads"
-        self.progress(label)
-        with torch_threads(WIDE_THREADS):
-            for r in sorted({i * rows // WIDE_ROWS for i in range(WIDE_ROWS)}):
-                self._compare(trial, label, [r], run([r], (1,)), reference, lead=(1,))
+        at each of ``WIDE_THREADS``."""
+        for threads in WIDE_THREADS:
+            label = f"rows alone at {threads} threads"
+            self.progress(label)
+            with torch_threads(threads):
+                for r in sorted({i * rows // WIDE_ROWS for i in range(WIDE_ROWS)}):
+                    self._compare(trial, label, [r], run([r], (1,)), reference, lead=(1,))
 
     def _at_other_values(self, trial: Trial, pool, rows: int) -> None:
         """The first OTHER_VALUE_ROWS pool rows (every distribution) alone, at all cores,

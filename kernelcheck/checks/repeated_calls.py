@@ -12,39 +12,45 @@ judge thousands).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
-from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.metrics import bits
 from kernelcheck.checks.outcome import CandidateFault
 
 JUDGED_PATTERNS = 8  # differing calls judged per shape, each of bits not seen before
 
 
+def call_label(kind: str, number: int, calls: int) -> str:
+    """How a message names one of a shape's repeated calls: ``kind`` "forward" or
+    "backward", ``number`` of ``calls`` in all (the first call is 1)."""
+    return f"{kind} call {number} of {calls} on the same inputs"
+
+
 def differing_calls(
-    ctx: CaseContext,
-    cpu_inputs: dict[str, torch.Tensor],
+    call: Callable[[], list[torch.Tensor]],
     judged: list[torch.Tensor],
     calls: int,
+    kind: str,
+    where: str = "",
 ) -> Iterator[tuple[int, list[torch.Tensor]]]:
-    """Call the candidate ``calls`` more times, each on a fresh device copy of
-    ``cpu_inputs`` (a kernel that writes its inputs is ``integrity``'s to fail, not a
-    reason to judge a call on other inputs than the gold's), and yield (call number, CPU
-    outputs) of each call whose bits differ from ``judged`` (the first call's outputs)
-    and from every call yielded before, up to JUDGED_PATTERNS of them; past that, every
-    call is still made and the last one yielded if its bits are new (the path a loop
-    settles on). The first call is number 1. Each is compared with copies: a kernel that
+    """``call()`` ``calls`` more times and yield (call number, its CPU results) of each
+    call whose bits differ from ``judged`` (the first call's results) and from every call
+    yielded before, up to JUDGED_PATTERNS of them; past that, every call is still made
+    and the last one yielded if its bits are new (the path a loop settles on). ``call``
+    makes one ``kind`` call on a fresh device copy of the inputs (a kernel that writes its
+    inputs is ``integrity``'s to fail, not a reason to judge a call on other inputs than
+    the gold's). The first call is number 1. Each is compared with copies: a kernel that
     returns one buffer of its own for every call would otherwise have each call compared
-    with itself. A fault names its call."""
+    with itself. A fault names its call, after ``where``."""
     seen = [[o.clone() for o in judged]]
     last = calls + 1
     for number in range(2, last + 1):
         try:
-            outputs = [o.detach().cpu() for o in ctx.call(ctx.to_device(cpu_inputs))]
+            outputs = call()
         except CandidateFault as exc:
-            raise _at_call(exc, f"forward call {number} of {last} on the same inputs") from None
+            raise _at_call(exc, f"{where}{call_label(kind, number, last)}") from None
         if any(_same_bits(outputs, pattern) for pattern in seen):
             continue
         if len(seen) > JUDGED_PATTERNS and number != last:

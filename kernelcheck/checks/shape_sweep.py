@@ -94,6 +94,8 @@ from __future__ import annotations
 
 import math
 
+import torch
+
 from kernelcheck import dtypes
 from kernelcheck.cases.grid import at_first_dtype, lead_sizes, swept_widths
 from kernelcheck.cases.inputs import MIX, parts_of
@@ -109,7 +111,7 @@ from kernelcheck.checks.huge_rows import (
 )
 from kernelcheck.checks.outcome import CandidateFault, Outcome
 from kernelcheck.checks.precision import ForwardPrecision
-from kernelcheck.checks.repeated_calls import differing_calls
+from kernelcheck.checks.repeated_calls import call_label, differing_calls
 from kernelcheck.checks.rows import placed_rows
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import OpSpec
@@ -588,26 +590,32 @@ class ShapeSweep(Check):
             at.release()
 
     def _judge_hot_calls(self, sub, at: Trial, label: str, sizes: dict, hot: int) -> None:
-        """``hot`` more calls of the judged trial's inputs, each whose bits differ from the
-        judged call's judged like it (``checks/repeated_calls.py``); a fault names the
-        shape and the call."""
-        calls = differing_calls(sub, at.cpu_inputs, at.outputs, hot)
-        while True:
-            try:
-                number, outputs = next(calls, (0, None))
-            except CandidateFault as exc:
-                named = type(exc)(f"at {label}, {exc}")
-                named.out_of_memory = exc.out_of_memory
-                raise named from None
-            if outputs is None:
-                return
-            again = at.repeated(outputs)
-            try:
-                judged = f"{label}, forward call {number} of {hot + 1} on the same inputs"
-                if not self._judged(ForwardAccuracy, sub, again, judged, sizes):
-                    return
-            finally:
-                again.release()
+        """``hot`` more forward calls of the judged trial's inputs, then as many backward
+        calls (a backward kernel's autotuner or cache switches too), each whose bits differ
+        from the judged call's judged like it (``checks/repeated_calls.py``); a fault names
+        the shape and the call."""
+        classes = self._judge_classes()
+        where = f"at {label}, "
+
+        def forward() -> list[torch.Tensor]:
+            return [o.detach().cpu() for o in sub.call(sub.to_device(at.cpu_inputs))]
+
+        def backward() -> list[torch.Tensor]:
+            outs, grads = sub.call_backward(sub.to_device(at.cpu_inputs), at.upstream)
+            return [t.cpu() for t in (*outs, *(grads[n] for n in sub.op.grad_inputs))]
+
+        kinds = [("forward", ForwardAccuracy, forward, lambda: at.outputs)]
+        if BackwardAccuracy in classes:
+            kinds.append(("backward", BackwardAccuracy, backward, at.backward_results))
+        for kind, cls, call, first in kinds:
+            for number, results in differing_calls(call, first(), hot, kind, where):
+                again = at.repeated(kind, results)
+                try:
+                    judged = f"{label}, {call_label(kind, number, hot + 1)}"
+                    if not self._judged(cls, sub, again, judged, sizes):
+                        return
+                finally:
+                    again.release()
 
     def _judge_far_rows(self, seed: int, dist: str, rows: int) -> None:
         """The far-rows lead (:func:`far_rows_shape`) of ``rows`` rows, judged at its first

@@ -84,16 +84,30 @@ class Trial(TrialMemory, InputWriteDetector):
 
         return self._cached("outputs", run)
 
-    def repeated(self, outputs: list[torch.Tensor]) -> Trial:
-        """This trial again, its inputs and gold shared, its forward another call's on the
-        very same inputs (a repeated call whose bits differ from the first's), so the
-        checks judge that call."""
+    def repeated(self, kind: str, results: list[torch.Tensor]) -> Trial:
+        """This trial again, its inputs, upstream and gold shared, with another call's
+        ``results`` on the very same inputs (a repeated call whose bits differ from the
+        first's), so the checks judge that call: ``kind`` "forward", its outputs, or
+        "backward", its with-grad outputs then gradients (as :meth:`backward_results`)."""
         again = Trial(self.ctx, self.seed, self.distribution)
         again.__dict__["cpu_inputs"] = self.cpu_inputs
+        again.__dict__["upstream"] = self.upstream
         if self.__dict__.get("_gold", ("",))[0] == "ok":
             again.__dict__["_gold"] = self.__dict__["_gold"]
-        again.__dict__["_outputs"] = ("ok", [o.detach().cpu() for o in outputs])
+        if kind == "forward":
+            again.__dict__["_outputs"] = ("ok", [o.detach().cpu() for o in results])
+        else:
+            names = self.ctx.op.grad_inputs
+            outs, grads = results[: len(results) - len(names)], results[-len(names) :]
+            again.__dict__["_grad_outputs"] = ("ok", list(outs))
+            again.__dict__["_grads"] = ("ok", dict(zip(names, grads)))
         return again
+
+    def backward_results(self) -> list[torch.Tensor]:
+        """This trial's backward call's with-grad outputs then gradients (CPU), in the op's
+        order: one list, as a repeated backward call's is compared with it."""
+        grads = self.grads
+        return [*self.grad_outputs, *(grads[n] for n in self.ctx.op.grad_inputs)]
 
     @property
     def gold(self) -> list[torch.Tensor]:

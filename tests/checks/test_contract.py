@@ -159,3 +159,18 @@ def test_a_nan_read_as_masked_or_a_default_dtype_accumulator_fails(catalog, op, 
     assert says in res.message, res.message
     honest = run_one(catalog, op, "torch", "contract", "fp32", shape)
     assert honest.status == "pass", honest.message
+
+
+def test_an_honest_library_passes_after_its_siblings_refill_the_shared_logits(catalog):
+    """A logp whose module has an honest entropy too: the contract calls the entropy on
+    the very logits, refills them with the next batch's (rows rolled), and judges the
+    logp against the gold of what its inputs then hold (the ids rolled too; rolling the
+    logits alone, against a gold of both rolled, failed every honest library)."""
+    shape = dict(catalog.ops["logp"].grid.shapes[0])
+    lib = with_candidate(catalog, "library", "honest_library:logp")
+    with_siblings = run_one(lib, "logp", "library", "contract", "fp32", shape, seeds=[0])
+    assert with_siblings.status == "pass", with_siblings.message
+    alone = run_one(catalog, "logp", "torch", "contract", "fp32", shape, seeds=[0])
+    assert alone.status == "pass", alone.message
+    # the siblings' probes ran: the same function alone verifies fewer rules
+    assert with_siblings.metrics["verified"] > alone.metrics["verified"]

@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelcheck.checks.invariance import ODD_SIZES, OTHER_VALUE_BATCH, WIDE_ROWS, thread_counts
+from kernelcheck.checks.invariance import (
+    ODD_SIZES,
+    OTHER_VALUE_BATCH,
+    WIDE_ROWS,
+    WIDE_THREADS,
+    thread_counts,
+)
 from tests.conftest import run_fp32, run_one, run_small, with_candidate, with_grid_shapes
 
 # off the grid's first shape: a candidate that takes no swept attribute (the fixtures,
@@ -42,15 +48,23 @@ def test_each_layout_catches_its_bug(catalog, bug, layout, threads):
 
 
 def test_a_row_split_only_past_8_threads_fails_at_the_wide_thread_count(catalog):
-    """A few rows alone run again at WIDE_THREADS (32): a kernel that splits a row only
-    where there are more than 8 threads (a server's cores) passes every other layout."""
-    from kernelcheck.checks.invariance import WIDE_THREADS
-
-    assert WIDE_THREADS > 8 and WIDE_ROWS
+    """A few rows alone run again at WIDE_THREADS (32 first): a kernel that splits a row
+    only where there are more than 8 threads (a server's cores) passes every other layout."""
+    assert min(WIDE_THREADS) > 8 and WIDE_ROWS
     res = _run(catalog, "splits_rows_past_8_threads", ["forward_invariance"])
     res = res["forward_invariance"]
     assert res.status == "fail", res.message
-    assert f"rows alone at {WIDE_THREADS} threads" in res.message, res.message
+    assert f"rows alone at {min(WIDE_THREADS)} threads" in res.message, res.message
+
+
+def test_a_row_split_only_on_a_dual_socket_server_fails_at_128_threads(catalog):
+    """The rows alone run again at each of WIDE_THREADS: a round-20 red team's split-K,
+    on at 64 threads or more for calls of at most threads / 8 rows, passed at 32."""
+    assert max(WIDE_THREADS) >= 128
+    res = _run(catalog, "splits_rows_past_64_threads", ["forward_invariance"])
+    res = res["forward_invariance"]
+    assert res.status == "fail", res.message
+    assert "rows alone at 128 threads" in res.message, res.message
 
 
 def test_a_split_k_for_batches_of_one_on_8_threads_fails_on_2_cores(catalog):
@@ -89,10 +103,12 @@ def test_honest_candidates_pass_every_layout(catalog, candidate):
         assert any(label.startswith("one batch of 98304") for label in layouts), layouts
         assert any(label.startswith("own batch of 32") for label in layouts), layouts
         assert any(all(f"/{n}" in label for n in ODD_SIZES) for label in layouts), layouts
-        # 300 rows in small batches, a few alone at WIDE_THREADS, 98,304 placements of them in
-        # one batch, 32 of the case's; the torch candidate's 97 at T = 0.7 and 1.3 too
+        # 300 rows in small batches, a few alone at each of WIDE_THREADS, 98,304 placements
+        # of them in one batch, 32 of the case's; the torch candidate's 97 at T = 0.7 and
+        # 1.3 too
         others = 2 * OTHER_VALUE_BATCH if candidate == "torch" else 0
-        assert r.metrics["comparisons"] == 300 + WIDE_ROWS + 98304 + 32 + others
+        wide = len(WIDE_THREADS) * WIDE_ROWS
+        assert r.metrics["comparisons"] == 300 + wide + 98304 + 32 + others
 
 
 def test_alone_runs_at_two_threads_or_more_and_half_the_batches_at_one():

@@ -19,6 +19,13 @@ def _inputs() -> dict[str, torch.Tensor]:
     return {"logits": torch.zeros(2, 5), "target": torch.zeros(2, dtype=torch.long)}
 
 
+def _forward(catalog, fn):
+    """One forward call of ``fn`` on a fresh device copy of :func:`_inputs`, as the sweep
+    makes it."""
+    ctx = _ctx(catalog, fn)
+    return lambda: [o.detach().cpu() for o in ctx.call(ctx.to_device(_inputs()))]
+
+
 def test_only_calls_whose_bits_differ_are_yielded_with_their_numbers(catalog):
     made = []
 
@@ -27,7 +34,7 @@ def test_only_calls_whose_bits_differ_are_yielded_with_their_numbers(catalog):
         return torch.full((2,), -0.0 if len(made) == 4 else 0.0)
 
     first = [fn(**_inputs())]
-    found = list(differing_calls(_ctx(catalog, fn), _inputs(), first, 6))
+    found = list(differing_calls(_forward(catalog, fn), first, 6, "forward"))
     assert [n for n, _ in found] == [4]  # the first call is number 1
     assert torch.equal(found[0][1][0].view(torch.int32), torch.full((2,), -0.0).view(torch.int32))
     assert len(made) == 7
@@ -43,7 +50,7 @@ def test_a_kernel_returning_one_buffer_of_its_own_is_compared_with_copies(catalo
         return buffer
 
     first = [fn(**_inputs())]
-    found = list(differing_calls(_ctx(catalog, fn), _inputs(), first, 4))
+    found = list(differing_calls(_forward(catalog, fn), first, 4, "forward"))
     assert [n for n, _ in found] == [3]
 
 
@@ -57,7 +64,7 @@ def test_a_kernel_whose_bits_vary_every_call_has_some_and_its_last_call_judged(c
         return torch.full((2,), float(len(made)))
 
     first = [fn(**_inputs())]
-    found = list(differing_calls(_ctx(catalog, fn), _inputs(), first, 100))
+    found = list(differing_calls(_forward(catalog, fn), first, 100, "forward"))
     assert [n for n, _ in found] == [*range(2, JUDGED_PATTERNS + 2), 101]
     assert len(made) == 101 and float(found[-1][1][0][0]) == 101.0
 
@@ -74,6 +81,8 @@ def test_each_call_gets_fresh_inputs_and_a_fault_names_its_call(catalog):
             raise ValueError("broken")
         return logits[:, 0].clone()
 
-    found = differing_calls(_ctx(catalog, fn), _inputs(), [torch.ones(2)], 5)
-    with pytest.raises(CandidateFault, match="forward call 4 of 6 on the same inputs: "):
+    found = differing_calls(_forward(catalog, fn), [torch.ones(2)], 5, "backward", "at vocab=5, ")
+    with pytest.raises(
+        CandidateFault, match="^at vocab=5, backward call 4 of 6 on the same inputs: "
+    ):
         list(found)

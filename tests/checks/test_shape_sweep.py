@@ -162,7 +162,8 @@ def _calls_of(name: str) -> dict:
     from kernelcheck.spec.imports import resolve
     from tests.conftest import FIXTURES
 
-    calls = resolve(f"scale_bugs:{name}", FIXTURES).__globals__["_CALLS"]
+    assert callable(resolve(f"scale_bugs:{name}", FIXTURES))
+    calls = resolve("scale_bugs:_CALLS", FIXTURES)
     calls.clear()
     return calls
 
@@ -191,6 +192,16 @@ def test_an_autotuners_broken_trial_configuration_fails_on_its_one_call(catalog)
     res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
     assert res.status == "fail", res.message
     assert re.search(r"at vocab=257, forward call 2 of \d+ ", res.message), res.message
+
+
+def test_a_backward_autotuners_broken_trial_configuration_fails_on_its_one_call(catalog):
+    """A shape's repeated backward calls are judged like its forwards: a backward kernel's
+    autotuner tries configurations on the 2nd to 5th backward calls of each shape."""
+    cat = with_candidate(catalog, "bug", "scale_bugs:backward_autotuner_tries_a_broken_config")
+    _calls_of("backward_autotuner_tries_a_broken_config")
+    res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
+    assert res.status == "fail", res.message
+    assert re.search(r"at vocab=257, backward call 3 of \d+ ", res.message), res.message
 
 
 def test_each_hot_call_count_meets_every_residue_class_mod_16_and_the_upper_half_mod_128():

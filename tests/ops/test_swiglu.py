@@ -38,6 +38,8 @@ PLANTED_BUGS = [
     ),
     # a round-10 red team's: fp16 dy * up overflowing at a loss scale
     ("dy-up-in-16-bits", "contract", "fp16", "the upstream gradient x4096 (a loss scale)"),
+    # a round-20 red team's: the same product saturated, finite and wrong
+    ("dy-up-saturated-in-16-bits", "contract", "fp16", "x4096 (a loss scale): gradient 'gate'"),
     pytest.param(  # 12 s
         "result-over-fused-gate",
         "contract",

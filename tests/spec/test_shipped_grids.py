@@ -5,7 +5,9 @@ grid's shapes; ``shape_sweep`` judges values of contiguous calls elsewhere. A ro
 team's four kernels, each wrong or batch-variant only at a width of whole 256s past 4,096
 (its proofs at Llama 3's 128,256, a hidden of 8,192, an intermediate of 11,008), passed
 every check while the grids' widths were 257, 1,000, 10,000, 151,936 and 4,096 at most;
-the grids now have 32,768, 8,192 and 14,336.
+the grids now have 32,768, 8,192 and 14,336. A round-20 red team's rms_norm took a path
+of its own for many rows of a head_dim of 128 or less (QK-norm), a width no grid had; the
+rms_norm grid now has 2x16x128.
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ VOCAB = {"batch": 2, "seq": 3, "vocab": 32768}
             "backward_accuracy",
             {"batch": 2, "seq": 3, "hidden": 8192},
             {"batch": 4, "hidden": 4096},
+        ),
+        (
+            "rms_norm",
+            "rms_norm_packs_many_short_rows",
+            "forward_invariance",
+            {"batch": 2, "seq": 16, "hidden": 128},
+            {"batch": 2, "seq": 16, "hidden": 256},
         ),
         (
             "swiglu",
