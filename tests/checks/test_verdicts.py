@@ -15,7 +15,12 @@ import sys
 import pytest
 
 from kernelcheck import api
-from kernelcheck.checks.invariance import OTHER_VALUE_BATCH, WIDE_ROWS, miss_probability
+from kernelcheck.checks.invariance import (
+    OTHER_VALUE_BATCH,
+    WIDE_ROWS,
+    WIDE_THREADS,
+    miss_probability,
+)
 from kernelcheck.spec import load_catalog
 from tests.conftest import FIXTURES, HANG_S, REPO_ROOT, run_small, with_candidate
 
@@ -55,9 +60,10 @@ def test_honest_candidate_passes_invariance_with_its_stated_coverage(catalog):
         assert r.status == "pass", r.message
         assert r.metrics["compared_rows"] == 300
         assert r.metrics["miss_probability_5pct"] == pytest.approx(miss_probability(300))
-        # every row in small batches, 98,304 placements in one batch, 8 rows of the case,
-        # 97 at each other temperature (0.7, 1.3)
-        assert r.metrics["comparisons"] == 300 + WIDE_ROWS + 98304 + 8 + 2 * OTHER_VALUE_BATCH
+        # every row in small batches, a few alone at each of WIDE_THREADS, 98,304
+        # placements in one batch, 8 rows of the case, 97 at each other temperature
+        wide = len(WIDE_THREADS) * WIDE_ROWS
+        assert r.metrics["comparisons"] == 300 + wide + 98304 + 8 + 2 * OTHER_VALUE_BATCH
 
 
 def test_row_sum_split_for_few_rows_is_caught(catalog):
