@@ -184,7 +184,7 @@ def test_a_split_k_for_few_tokens_at_a_real_hidden_size_fails(catalog):
         assert res.status == status, (shape, res.message)
         if status == "fail":
             assert "batches of" in res.message
-            assert res.metrics["comparisons"] == 300 + WIDE_ROWS + 838 + 8
+            assert res.metrics["comparisons"] == 300 + len(WIDE_THREADS) * WIDE_ROWS + 838 + 8
 
 
 def test_a_second_shape_of_the_same_rows_judges_its_own_batch_only(catalog):
