@@ -26,8 +26,9 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   narrower shapes reach;
 - hot shapes: each residue shape past ``SWEEP_BASE`` (every residue mod ``HOT_RESIDUES``,
   128) is called 32, 64, 128 or 256 more times (:func:`hot_calls`), and 8,191
-  (``LONG_HOT_SIZE``) 2,048 more, on the same inputs; each call whose bits differ from the
-  first's is judged like it (``checks/repeated_calls.py``): a kernel cache that
+  (``LONG_HOT_SIZE``) 2,048 more, on the same inputs, then the backward (with grad)
+  ``HOT_BACKWARD_CALLS`` (32) more times (8,191: 2,048); each call whose bits differ from
+  the first's is judged like it (``checks/repeated_calls.py``): a kernel cache that
   specialises a shape after some calls (a tracing JIT, a CUDA graph captured after
   warm-up, an autotuner trying configurations) runs other code from then on, with tails
   and tiles of its own (an unrolled-by-128 body, a floored tile count), and a real model
@@ -176,6 +177,10 @@ HOT_CALLS = (32, 64, 128, 256)
 # times. Each call's bits compared: 0.2 ms (logp) to 1 ms (entropy) a call here
 LONG_HOT_SIZE = (1 << 13) - 1
 LONG_HOT_CALLS = 2048
+# a hot shape's repeated backward calls, at most (LONG_HOT_SIZE's all of LONG_HOT_CALLS):
+# a backward autotuner tries its configurations in a shape's first calls, and a backward
+# call costs several forwards' (all of HOT_CALLS took 50% more of the default run)
+HOT_BACKWARD_CALLS = 32
 WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept size
 WIDE_ELEMENTS = 1 << 22  # a wide batch's elements, its rows within WIDE_ROWS
 WIDE_ROWS = (64, 1024)
@@ -590,10 +595,11 @@ class ShapeSweep(Check):
             at.release()
 
     def _judge_hot_calls(self, sub, at: Trial, label: str, sizes: dict, hot: int) -> None:
-        """``hot`` more forward calls of the judged trial's inputs, then as many backward
-        calls (a backward kernel's autotuner or cache switches too), each whose bits differ
-        from the judged call's judged like it (``checks/repeated_calls.py``); a fault names
-        the shape and the call."""
+        """``hot`` more forward calls of the judged trial's inputs, then backward calls (a
+        backward kernel's autotuner or cache switches too: as many at LONG_HOT_SIZE, at
+        most HOT_BACKWARD_CALLS elsewhere), each whose bits differ from the judged call's
+        judged like it (``checks/repeated_calls.py``); a fault names the shape and the
+        call."""
         classes = self._judge_classes()
         where = f"at {label}, "
 
@@ -604,14 +610,15 @@ class ShapeSweep(Check):
             outs, grads = sub.call_backward(sub.to_device(at.cpu_inputs), at.upstream)
             return [t.cpu() for t in (*outs, *(grads[n] for n in sub.op.grad_inputs))]
 
-        kinds = [("forward", ForwardAccuracy, forward, lambda: at.outputs)]
+        kinds = [("forward", ForwardAccuracy, forward, lambda: at.outputs, hot)]
         if BackwardAccuracy in classes:
-            kinds.append(("backward", BackwardAccuracy, backward, at.backward_results))
-        for kind, cls, call, first in kinds:
-            for number, results in differing_calls(call, first(), hot, kind, where):
+            calls = hot if hot == LONG_HOT_CALLS else min(hot, HOT_BACKWARD_CALLS)
+            kinds.append(("backward", BackwardAccuracy, backward, at.backward_results, calls))
+        for kind, cls, call, first, calls in kinds:
+            for number, results in differing_calls(call, first(), calls, kind, where):
                 again = at.repeated(kind, results)
                 try:
-                    judged = f"{label}, {call_label(kind, number, hot + 1)}"
+                    judged = f"{label}, {call_label(kind, number, calls + 1)}"
                     if not self._judged(cls, sub, again, judged, sizes):
                         return
                 finally:
