@@ -19,8 +19,11 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   widths) and, for a vocabulary, at real models' vocabularies up to Gemma 3's 262,208 (a
   table of 64 tiles of 4,096 ends at 2^18); the other inner dims at the op's defaults;
 - wide batches: each inner dim at 2^k + 1 for k in ``WIDE_POWERS`` and at its widest
-  swept size, with ``WIDE_ELEMENTS`` (2^22) elements' worth of rows, between 64 and
-  1,024 (Gemma's vocabulary: 64 rows): a kernel may pick its path by width and rows
+  swept size, with ``WIDE_ELEMENTS`` (2^26) elements' worth of rows, between 64 and
+  4,096 (Gemma's vocabulary: 255 rows; in the narrowest dtype's cases, an attribute
+  sweep's too, each dim's widest again with ``NARROW_WIDE_ELEMENTS``, 2^28, judged as the
+  far rows are, each call alone within its memory budget): a kernel may pick its path by
+  width and rows
   together (a GEMM with TF32 operands from K >= 2,048 at 32 tokens; a streaming pass over
   a wide row for a training batch), which neither the sweep's few rows nor the grid's
   narrower shapes reach;
@@ -94,8 +97,7 @@ the sweeps' own shapes (``cases.grid.swept_widths``), which judge the narrower s
 from __future__ import annotations
 
 import math
-
-import torch
+from functools import partial
 
 from kernelcheck import dtypes
 from kernelcheck.cases.grid import at_first_dtype, lead_sizes, swept_widths
@@ -182,8 +184,18 @@ LONG_HOT_CALLS = 2048
 # call costs several forwards' (all of HOT_CALLS took 50% more of the default run)
 HOT_BACKWARD_CALLS = 32
 WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept size
-WIDE_ELEMENTS = 1 << 22  # a wide batch's elements, its rows within WIDE_ROWS
-WIDE_ROWS = (64, 1024)
+# a wide batch's elements (256 MiB of fp32), its rows within WIDE_ROWS: up to 4,096, a
+# training micro-batch's tokens, where a kernel may take a path of its own for many rows
+# of a wide row (a round-21 red team's rms_norm and swiglu backwards, from 2,048 rows past
+# 4,096 and 8,192 columns, dropped a partial last block; 1,024 rows never took them)
+WIDE_ELEMENTS = 1 << 26
+WIDE_ROWS = (64, 4096)
+# in the narrowest dtype's case, each dim's widest batch holds this many elements instead
+# (also at each attribute sweep's values): a 16-bit RL micro-batch at a real vocabulary
+# (1,024 tokens of Qwen3's 151,936: 2^27.2), past 2^27, where a kernel may switch to a
+# chunked path below 2^31 (a round-21 red team's entropy kept its chunks' partial sums in
+# bf16 there, its ratio_kl the saved logsumexp, its logp left T out of the softmax)
+NARROW_WIDE_ELEMENTS = 1 << 28
 SHARE_ELEMENTS = 1 << 20  # shapes this large share their draws and gold across candidates
 # drawn in every shape besides the case's own distributions: the row's mass at its
 # first and last columns, where a vector body's head and tail are handled apart
@@ -223,6 +235,14 @@ SWEEP_PARAMS = {
     },
 }
 PRECISION_JUDGES = (ForwardPrecision.name, BackwardPrecision.name)
+# where the honest fp32 reference itself misses a contract judge's tolerance at a swept
+# shape (an fp32 gradient's error tail over 2^26 elements passing a spec's 1e-5), no fp32
+# implementation can meet it there: that shape's verdict is the precision rule of the same
+# direction, on every row (the run's list of what was not checked names the shape)
+CONTRACT_UNMET_BY: dict[str, type[Check]] = {
+    ForwardAccuracy.name: ForwardPrecision,
+    BackwardAccuracy.name: BackwardPrecision,
+}
 
 
 def tiled_base(largest: int | None = None) -> int:
@@ -350,6 +370,16 @@ def _other_inner(inner: dict[str, int], dim: str) -> dict[str, int]:
     return {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
 
 
+def narrow_wide_batches(op: OpSpec) -> list[tuple[str, dict[str, int]]]:
+    """(label, sizes) of the narrowest dtype's widest wide batches: each swept dim at its
+    widest swept size with NARROW_WIDE_ELEMENTS worth of rows (within WIDE_ROWS), the
+    other inner dims at their defaults."""
+    if not op.lead:
+        return []
+    inner = {d: op.dims[d].default for d in swept_dims(op)}
+    return wide_batches(op, inner, widest_only=True, elements=NARROW_WIDE_ELEMENTS)
+
+
 def joint_shape(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
     """With two inner dims or more (linear_logp's hidden and vocab), one shape with each at
     a real model's size at once (JOINT_SIZES), within its ``sweep_max``; none otherwise.
@@ -370,21 +400,33 @@ def joint_shape(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
     return [(label, {**lead_sizes(op, rows), **sizes})]
 
 
-def wide_batches(op: OpSpec, inner: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
+def wide_batches(
+    op: OpSpec, inner: dict[str, int], widest_only: bool = False, elements: int = WIDE_ELEMENTS
+) -> list[tuple[str, dict[str, int]]]:
     """(label, sizes) of the wide batches: each inner dim at 2^k + 1 (k in WIDE_POWERS)
-    and at its widest swept size, with WIDE_ELEMENTS worth of rows (within WIDE_ROWS),
-    the other inner dims as in the sweep."""
+    and at its widest swept size (``widest_only``: there alone), with ``elements`` worth
+    of rows (within WIDE_ROWS), the other inner dims as in the sweep."""
     shapes = []
     for dim in swept_dims(op):
         others = _other_inner(inner, dim)
         sizes = sweep_sizes(dim, op.dims[dim].sweep_max, residues=False)
-        picks = sorted({s for s in sizes if s in {2**k + 1 for k in WIDE_POWERS}} | {sizes[-1]})
+        powers = set() if widest_only else {2**k + 1 for k in WIDE_POWERS}
+        picks = sorted({s for s in sizes if s in powers} | {sizes[-1]})
         for size in picks:
-            rows = min(max(WIDE_ELEMENTS // size, WIDE_ROWS[0]), WIDE_ROWS[1])
+            rows = min(max(elements // size, WIDE_ROWS[0]), WIDE_ROWS[1])
             shapes.append(
                 (f"{rows} rows at {dim}={size}", {**lead_sizes(op, rows), **others, dim: size})
             )
     return shapes
+
+
+def hot_backward_calls(label: str) -> int:
+    """How many more backward calls the sweep makes of a hot shape: as many as the
+    forward's at LONG_HOT_SIZE (an autotuner's every configuration on a long row), at
+    most HOT_BACKWARD_CALLS elsewhere (all of them cost the default run 6%)."""
+    hot = hot_calls(label)
+    long = label.partition("=")[2] == str(LONG_HOT_SIZE)
+    return hot if long else min(hot, HOT_BACKWARD_CALLS)
 
 
 def hot_calls(label: str) -> int:
@@ -449,13 +491,16 @@ class ShapeSweep(Check):
     def lead_work(cls, op, case, params: dict) -> int:
         """The far-rows lead's, at the grid's attributes or in its first dtype (an upper
         bound on :meth:`_far_rows_here`'s big-batch case), and the huge leads' together in
-        the narrowest dtype's case at the grid's attributes."""
+        the narrowest dtype's case at the grid's attributes; the widest wide batch's in
+        the narrowest dtype's cases."""
         full = not op.off_grid(case.attributes)
         narrowest = full and case.dtype == narrowest_dtype(op)
         work = 0
         if swept_dims(op) and (full or at_first_dtype(op, case)):
             rows = WIDE_BLOCK_ROWS if narrowest else LONG_ROWS
             work = math.prod(far_rows_shape(op, rows)[1].values())
+        if op.lead and case.dtype == narrowest_dtype(op):
+            work = max(work, NARROW_WIDE_ELEMENTS)
         if narrowest:
             work = max(work, sum(math.prod(s.values()) for _, s in huge_rows_shapes(op)))
         return work
@@ -478,13 +523,16 @@ class ShapeSweep(Check):
         dist = MIX.join(dict.fromkeys((*self._own_distributions(), SWEEP_DISTRIBUTION)))
         rows = max(3, len(parts_of(dist)))
         full = not self.ctx.op.off_grid(self.ctx.case.attributes)  # an attribute sweep: edges
+        narrow = self.ctx.case.dtype == narrowest_dtype(self.ctx.op)
         for label, sizes in sweep_shapes(self.ctx.op, rows, full, self._wider_than(full)):
             if self.failed is not None:
                 return
             self.progress(label)
             self.shapes += 1
             self._judge(trial.seed, dist, label, sizes, hot_calls(label) if full else 0)
-        narrowest = full and self.ctx.case.dtype == narrowest_dtype(self.ctx.op)
+        if self.failed is None and narrow and far_rows_unjudged(self.ctx.op) is None:
+            self._judge_narrow_wide(trial.seed, MIX.join(self._own_distributions()))
+        narrowest = full and narrow
         if self.failed is None and swept_dims(self.ctx.op) and self._far_rows_here(full):
             rows = WIDE_BLOCK_ROWS if narrowest else LONG_ROWS
             self._judge_far_rows(trial.seed, MIX.join(self._own_distributions()), rows)
@@ -501,6 +549,18 @@ class ShapeSweep(Check):
         big-batch case's first dtype (the swept values together: a grid-stride path past
         65,535 blocks may forget an attribute, as a narrower one does not)."""
         return full or (self.ctx.at_first_dtype() and self.ctx.is_big_batch_case())
+
+    def _judge_narrow_wide(self, seed: int, dist: str) -> None:
+        """The narrowest dtype's widest wide batches (:func:`narrow_wide_batches`, in an
+        attribute sweep's case too), each judged at its first and last rows against their
+        own gold and every row between by its bits, each call alone within its memory
+        budget (a full float64 gold of 2^28 elements, two cases at once, ran out)."""
+        for label, sizes in narrow_wide_batches(self.ctx.op):
+            self.progress(label)
+            where = shape_flag(sizes)
+            self._judge_within_budget(label, where, sizes, seed, dist, placed_rows)
+            if self.failed is not None:
+                return
 
     def _judge_huge_rows(self, seed: int, dist: str) -> None:
         """The huge leads (:func:`huge_rows_shapes`), mirrored, each judged at its first and
@@ -595,26 +655,17 @@ class ShapeSweep(Check):
             at.release()
 
     def _judge_hot_calls(self, sub, at: Trial, label: str, sizes: dict, hot: int) -> None:
-        """``hot`` more forward calls of the judged trial's inputs, then backward calls (a
-        backward kernel's autotuner or cache switches too: as many at LONG_HOT_SIZE, at
-        most HOT_BACKWARD_CALLS elsewhere), each whose bits differ from the judged call's
-        judged like it (``checks/repeated_calls.py``); a fault names the shape and the
-        call."""
-        classes = self._judge_classes()
+        """``hot`` more forward calls of the judged trial's inputs, then
+        :func:`hot_backward_calls` backward calls (a backward kernel's autotuner or cache
+        switches too), each whose bits differ from the judged call's judged like it
+        (``checks/repeated_calls.py``); a fault names the shape and the call."""
         where = f"at {label}, "
-
-        def forward() -> list[torch.Tensor]:
-            return [o.detach().cpu() for o in sub.call(sub.to_device(at.cpu_inputs))]
-
-        def backward() -> list[torch.Tensor]:
-            outs, grads = sub.call_backward(sub.to_device(at.cpu_inputs), at.upstream)
-            return [t.cpu() for t in (*outs, *(grads[n] for n in sub.op.grad_inputs))]
-
-        kinds = [("forward", ForwardAccuracy, forward, lambda: at.outputs, hot)]
-        if BackwardAccuracy in classes:
-            calls = hot if hot == LONG_HOT_CALLS else min(hot, HOT_BACKWARD_CALLS)
-            kinds.append(("backward", BackwardAccuracy, backward, at.backward_results, calls))
-        for kind, cls, call, first, calls in kinds:
+        kinds = [("forward", ForwardAccuracy, lambda: at.outputs, hot)]
+        if BackwardAccuracy in self._judge_classes():
+            calls = hot_backward_calls(label)
+            kinds.append(("backward", BackwardAccuracy, at.backward_results, calls))
+        for kind, cls, first, calls in kinds:
+            call = partial(at.call_again, kind)
             for number, results in differing_calls(call, first(), calls, kind, where):
                 again = at.repeated(kind, results)
                 try:
@@ -649,13 +700,19 @@ class ShapeSweep(Check):
             name, outcome = found
             self.failed = (label, shape_flag(sizes), sizes, outcome, name)
 
-    def _judged(self, cls: type[Check], sub, at: Trial, label: str, sizes: dict) -> bool:
-        """Judge ``at`` with one of JUDGES; False (and the failure kept) when it fails."""
+    def _judged(
+        self, cls: type[Check], sub, at: Trial, label: str, sizes: dict, every_row: bool = False
+    ) -> bool:
+        """Judge ``at`` with one of JUDGES; False (and the failure kept) when it fails. A
+        contract failure where the honest reference misses the contract too is judged by
+        that direction's precision rule instead, on ``every_row`` (CONTRACT_UNMET_BY)."""
         params = {**sub.op.check_params(cls.name), **SWEEP_PARAMS.get(cls.name, {})}
         if cls.name == BackwardPrecision.name:
             params["floor_ulp"] = self.params["precision_floor_ulp"]
         if cls.name not in PRECISION_JUDGES:  # the contract: the case's own rows
             params["only"] = tuple(self._own_distributions())
+        elif every_row:
+            params["only"] = ()
         judge = cls(sub, params)
         judge.observe(at)
         outcome = judge.outcome()
@@ -665,10 +722,38 @@ class ShapeSweep(Check):
         margin = limit_margin(outcome)
         if margin is not None:
             self.margins[judge.name] = max(self.margins.get(judge.name, 0.0), margin)
+        if outcome.status == "fail" and self._reference_misses(cls, sub, at, params):
+            return self._judged_by_precision(cls, sub, at, label, sizes)
         if outcome.status == "fail":
             self.failed = (label, shape_flag(sizes), sizes, outcome, judge.name)
             return False
         return True
+
+    def _reference_misses(self, cls: type[Check], sub, at: Trial, params: dict) -> bool:
+        """Whether the honest fp32 reference, in the candidate's place on ``at``, fails
+        the contract judge ``cls`` too (no reference: False, the failure stands)."""
+        if cls.name not in CONTRACT_UNMET_BY or sub.reference_fn is None:
+            return False
+        kind = "forward" if cls is ForwardAccuracy else "backward"
+        reference = at.as_reference(kind)
+        try:
+            judge = cls(sub, params)
+            judge.observe(reference)
+            return judge.outcome().status == "fail"
+        finally:
+            reference.release()
+
+    def _judged_by_precision(self, cls: type[Check], sub, at: Trial, label: str, sizes) -> bool:
+        """A shape whose contract ``cls`` the honest reference misses too: judged by the
+        precision rule of that direction on every row, or, where that rule is off for the
+        op, not at all; listed as not checked either way."""
+        by = CONTRACT_UNMET_BY[cls.name]
+        judged = by in self._judge_classes()
+        why = "the honest fp32 reference misses it too: " + (
+            f"judged by {by.name} there" if judged else f"{by.name} is off, nothing judged there"
+        )
+        self.unjudged.append([f"{cls.name} tolerance at {label}", why])
+        return self._judged(by, sub, at, label, sizes, every_row=True) if judged else True
 
     def outcome(self) -> Outcome:
         metrics = {"shapes": self.shapes, **{f"{k}_max_abs": v for k, v in self.worst.items()}}

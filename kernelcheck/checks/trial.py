@@ -103,6 +103,27 @@ class Trial(TrialMemory, InputWriteDetector):
             again.__dict__["_grads"] = ("ok", dict(zip(names, grads)))
         return again
 
+    def as_reference(self, kind: str) -> Trial:
+        """This trial with the honest fp32 reference's results in the candidate's place
+        (:meth:`repeated`'s layout): ``kind`` "forward", its outputs; "backward", its
+        outputs then its gradients (autograd of the reference, in the inputs' shapes), so
+        a check can ask whether the reference itself meets a rule it judges by."""
+        results = list(self.reference)
+        if kind == "backward":
+            grads = gold.gathered(self.reference_grad_chunks())
+            inputs = self.cpu_inputs
+            results += [grads[n].reshape(inputs[n].shape) for n in self.ctx.op.grad_inputs]
+        return self.repeated(kind, results)
+
+    def call_again(self, kind: str) -> list[torch.Tensor]:
+        """One more call of ``kind`` on a fresh copy of this trial's inputs (the upstream
+        too), its results on the CPU in :meth:`repeated`'s layout."""
+        inputs = self.ctx.to_device(self.cpu_inputs)
+        if kind == "forward":
+            return [o.detach().cpu() for o in self.ctx.call(inputs)]
+        outs, grads = self.ctx.call_backward(inputs, self.upstream)
+        return [t.cpu() for t in (*outs, *(grads[n] for n in self.ctx.op.grad_inputs))]
+
     def backward_results(self) -> list[torch.Tensor]:
         """This trial's backward call's with-grad outputs then gradients (CPU), in the op's
         order: one list, as a repeated backward call's is compared with it."""

@@ -13,6 +13,7 @@ from kernelcheck import api
 from kernelcheck.cases.mirrored import PAGE_ELEMENTS_16, mirroring_available
 from kernelcheck.checks.far_rows import JUDGED
 from kernelcheck.checks.shape_sweep import (
+    HOT_BACKWARD_CALLS,
     HOT_CALLS,
     LONG_HOT_CALLS,
     LONG_HOT_SIZE,
@@ -20,10 +21,12 @@ from kernelcheck.checks.shape_sweep import (
     TILED_BASE,
     WIDE_ELEMENTS,
     WIDE_ROWS,
+    hot_backward_calls,
     hot_calls,
     huge_rows_shape,
     huge_rows_shapes,
     joint_shape,
+    narrow_wide_batches,
     narrowest_dtype,
     sweep_shapes,
     sweep_sizes,
@@ -77,7 +80,9 @@ def test_every_op_gets_its_reduced_dims_swept_and_a_long_lead(catalog):
 
 def test_every_inner_dim_gets_wide_batches_of_many_rows(catalog):
     """Width and rows together: 2^8 + 1, 2^11 + 1, 2^14 + 1 and the widest swept size,
-    each with 2^22 elements' worth of rows, 64 to 1,024 (Gemma's vocabulary: 64)."""
+    each with 2^26 elements' worth of rows, 64 to 4,096 (a training micro-batch's
+    tokens): past 2,048 rows at 16,385 columns, whose last block of 2,048 (or 1,024) is
+    partial."""
     for name, op in catalog.ops.items():
         inner = {d: op.dims[d].default for d in swept_dims(op)}
         wide = wide_batches(op, inner)
@@ -92,6 +97,67 @@ def test_every_inner_dim_gets_wide_batches_of_many_rows(catalog):
         assert [s for _, s in wide] == [
             s for label, s in sweep_shapes(op, 3) if " rows at " in label
         ]
+        assert any(s[op.lead[0]] >= 2048 and 16385 in s.values() for _, s in wide), name
+
+
+def test_the_narrowest_dtypes_widest_batches_pass_2_27_elements(catalog):
+    """In the narrowest dtype's cases, each dim's widest wide batch again with 2^27 to
+    2^31 elements (4,096 rows at most: linear_logp's hidden of 16,385 has 2^26): a 16-bit
+    RL micro-batch at a real vocabulary, where a chunked path with 32-bit offsets may
+    run; the ordinary wide batches stay at 2^26, or their 64 rows."""
+    for name, op in catalog.ops.items():
+        narrow = narrow_wide_batches(op)
+        assert len(narrow) == (len(swept_dims(op)) if op.lead else 0), name
+        for label, _ in narrow:  # "1023 rows at vocab=262208": rows x the swept dim
+            rows, size = (int(v) for v in re.findall(r"\d+", label))
+            assert min(1 << 27, WIDE_ROWS[1] * size) <= rows * size < 1 << 31, (name, label)
+        inner = {d: op.dims[d].default for d in swept_dims(op)}
+        for label, _ in wide_batches(op, inner):
+            rows, size = (int(v) for v in re.findall(r"\d+", label))
+            assert rows * size <= WIDE_ELEMENTS or rows == WIDE_ROWS[0], (name, label)
+
+
+@pytest.mark.slow  # ~1 min: rms_norm's fp32 sweep, its training batches forward and backward
+def test_a_training_batchs_backward_dropping_a_partial_block_fails_the_sweep(catalog):
+    """A round-21 red team's rms_norm: a backward for 2,048 rows or more past 4,096
+    columns leaves a row's last partial block of 2,048 out of its projection term; the
+    wide batches' 1,024 rows never took it."""
+    bug = "broken_rms_norm:training_batch_drops_tail_block"
+    cat = with_op_candidate(catalog, "rms_norm", "bug", bug)
+    shape = dict(catalog.ops["rms_norm"].grid.shapes[0])
+    res = run_one(cat, "rms_norm", "bug", "shape_sweep", "fp32", shape, seeds=[0])
+    assert res.status == "fail", res.message
+    assert "at 4095 rows at hidden=16385" in res.message, res.message
+    assert "backward_accuracy" in res.message, res.message
+
+
+@pytest.mark.slow  # ~1 min each: 2^28 bf16 logits, with grad, twice
+@pytest.mark.parametrize(
+    ("op_name", "bug", "attributes"),
+    [
+        ("entropy", "broken_entropy:chunk_partials_in_16_bits", None),
+        ("logp", "broken_logp:chunked_backward_untempered", {"temperature": 0.7}),
+    ],
+)
+def test_a_chunked_path_for_2_27_to_2_31_logits_fails_at_the_narrowest_widest_batch(
+    catalog, monkeypatch, op_name, bug, attributes
+):
+    """A round-21 red team's entropy and logp: 16-bit logits of 65,536 columns or more
+    and 2^27 to 2^31 elements take a chunked path, whose partial sums are kept in 16 bits
+    (entropy) or whose backward leaves T out (logp); only the narrowest dtype's widest
+    wide batch reaches it, in an attribute sweep's case too (its first and last rows
+    judged, each call alone within its memory budget)."""
+    _huge_lead_alone(monkeypatch, lead="narrow_wide")
+    op = catalog.ops[op_name]
+    shape, dtype = dict(op.grid.shapes[0]), narrowest_dtype(op)
+    kw = {"attributes": attributes} if attributes else {}
+    cat = with_op_candidate(catalog, op_name, "bug", bug)
+    res = run_one(cat, op_name, "bug", "shape_sweep", dtype, shape, **kw)
+    assert res.status == "fail", res.message
+    assert res.message.startswith("at 1023 rows at vocab=262208"), res.message
+    honest = run_one(catalog, op_name, "torch", "shape_sweep", dtype, shape, **kw)
+    assert honest.status == "pass", honest.message
+    assert honest.metrics["shapes"] == 1 and "not_judged" not in honest.metrics, honest.metrics
 
 
 @pytest.mark.parametrize(
@@ -100,7 +166,7 @@ def test_every_inner_dim_gets_wide_batches_of_many_rows(catalog):
         ("vector_tail_of_one", "vocab="),
         ("stale_rows_past_65535", f"{LONG_ROWS} rows"),
         ("fixed_tile_table", "vocab=262208"),  # Gemma 3's: 64 columns past 2^18
-        ("streaming_rows_skip_rescale", "64 rows at vocab=262208"),  # a training batch's path
+        ("streaming_rows_skip_rescale", "255 rows at vocab=262208"),  # a training batch's path
     ],
 )
 def test_a_kernel_wrong_only_on_a_tail_fails_and_its_shape_reruns(catalog, bug, where):
@@ -214,6 +280,13 @@ def test_each_hot_call_count_meets_every_residue_class_mod_16_and_the_upper_half
         assert any(s % 128 >= 64 for s in sizes), calls
     assert hot_calls("3 rows at vocab=300") == 0 and hot_calls("vocab=255") == 0
     assert hot_calls(f"vocab={LONG_HOT_SIZE}") == LONG_HOT_CALLS
+    # the backward's: all of them at the long row, at most HOT_BACKWARD_CALLS elsewhere
+    assert hot_backward_calls(f"vocab={LONG_HOT_SIZE}") == LONG_HOT_CALLS
+    assert {hot_backward_calls(f"vocab={s}") for s in hot if s != LONG_HOT_SIZE} == {
+        0,
+        min(HOT_CALLS),
+    }
+    assert min(HOT_CALLS) == HOT_BACKWARD_CALLS
 
 
 def test_a_shape_specialised_after_16_calls_fails_on_its_hot_call(catalog):
@@ -352,7 +425,7 @@ def test_a_16_bit_attribute_sweep_takes_the_edges_wider_than_the_sweeps_shapes(c
 @pytest.mark.slow  # 2^24 logits
 def test_a_chunked_weight_gradient_that_overwrites_fails_past_one_chunk(catalog):
     """linear_logp's backward chunked over 2^24 logits, storing dW with = instead of +=:
-    exact with one chunk (every grid shape), wrong past it (64 tokens at vocab 262,208;
+    exact with one chunk (every grid shape), wrong past it (4,095 tokens at vocab 16,385;
     65,537 tokens)."""
     from tests.conftest import with_op_candidate
 
@@ -373,8 +446,8 @@ def test_a_chunked_weight_gradient_that_overwrites_fails_past_one_chunk(catalog)
     by = {(r.case_id, r.check): r for r in report.results}
     assert all(r.status == "pass" for (_, c), r in by.items() if c == "backward_accuracy")
     (sweep,) = [r for (_, c), r in by.items() if c == "shape_sweep"]
-    # past one chunk: the wide batch at Gemma's vocabulary (2^24 logits), before the long lead
-    assert sweep.status == "fail" and "at 64 rows at vocab=262208" in sweep.message, sweep.message
+    # past one chunk: the first wide batch past 2^24 logits (4,095 tokens at 16,385)
+    assert sweep.status == "fail" and "at 4095 rows at vocab=16385" in sweep.message, sweep.message
     assert "gradient:weight" in sweep.message
     # the table shows the failing shape's error and the weight gradient's own limit
     from kernelcheck.report.terminal import headline
@@ -441,14 +514,61 @@ def test_the_accuracy_judges_leave_the_edges_row_to_the_precision_rules():
     assert "forward_precision_margin" not in res.metrics, res.metrics
 
 
-def _huge_lead_alone(monkeypatch, own_process: bool = True) -> None:
-    """The sweep down to its huge lead: no swept shapes, no far rows (each has its tests);
-    in process, its calls as in a case process of its own (``own_process``), as an
-    isolated worker makes them."""
+def _unmeetable_contract(cat):
+    """The log_softmax user op with a contract no fp32 implementation meets (1e-9 in
+    fp32), forward_precision on, and its sweep up to 17 columns (4,096 rows there)."""
+    from dataclasses import replace
+
+    from kernelcheck.spec.model import Tolerance
+
+    op = cat.ops["log_softmax"]
+    tight = {j: {**t, "fp32": Tolerance(1e-9, 1e-9)} for j, t in op.tolerances.items()}
+    dims = {**op.dims, "hidden": replace(op.dims["hidden"], sweep_max=17)}
+    checks = {k: v for k, v in op.checks.items() if k != "forward_precision"}
+    op = replace(op, tolerances=tight, dims=dims, checks=checks)
+    return replace(cat, ops={**cat.ops, "log_softmax": op})
+
+
+def test_where_the_honest_reference_misses_the_contract_the_precision_rule_judges(
+    monkeypatch,
+):
+    """A swept shape whose contract the honest fp32 reference misses too (a gradient's
+    error tail over 2^26 elements; here a 1e-9 contract) is judged by the precision rule
+    of the same direction on every row, and listed as not checked by the contract: the
+    honest candidate passes, one 1e-3 off fails by forward_precision."""
+    from kernelcheck.checks import shape_sweep
+
+    monkeypatch.setattr(shape_sweep.ShapeSweep, "_far_rows_here", lambda self, full: False)
+    cat = _unmeetable_contract(api.load_catalog([SPECS / "log_softmax.toml"]))
+    shape = dict(cat.ops["log_softmax"].grid.shapes[0])
+    honest = run_one(cat, "log_softmax", "torch", "shape_sweep", "fp32", shape, seeds=[0])
+    assert honest.status == "pass", honest.message
+    unmet = {part for part, why in honest.metrics["not_judged"] if "reference misses" in why}
+    assert "forward_accuracy tolerance at 4096 rows at hidden=17" in unmet, unmet
+    assert "backward_accuracy tolerance at 4096 rows at hidden=17" in unmet, unmet
+    # the wide batch alone (hidden=1's exact reference meets the contract: failed by it)
+    swept = shape_sweep.sweep_shapes
+    wide = lambda *a, **k: [(n, s) for n, s in swept(*a, **k) if " rows at " in n]  # noqa: E731
+    monkeypatch.setattr(shape_sweep, "sweep_shapes", wide)
+    lossy = run_one(cat, "log_softmax", "lossy", "shape_sweep", "fp32", shape, seeds=[0])
+    assert lossy.status == "fail", lossy.message
+    assert lossy.metrics["failing_check"] == "forward_precision", lossy.message
+    assert lossy.message.startswith("at 4096 rows at hidden=17"), lossy.message
+
+
+def _huge_lead_alone(monkeypatch, own_process: bool = True, lead: str = "huge") -> None:
+    """The sweep down to its huge lead (``lead`` "narrow_wide": to the narrowest dtype's
+    widest wide batches instead): no swept shapes, no far rows (each has its tests); in
+    process, its calls as in a case process of its own (``own_process``), as an isolated
+    worker makes them."""
     from kernelcheck.checks import huge_rows, shape_sweep
 
     monkeypatch.setattr(shape_sweep, "sweep_shapes", lambda *a, **k: [])
     monkeypatch.setattr(shape_sweep.ShapeSweep, "_far_rows_here", lambda self, full: False)
+    if lead == "huge":
+        monkeypatch.setattr(shape_sweep, "narrow_wide_batches", lambda op: [])
+    else:
+        monkeypatch.setattr(shape_sweep.ShapeSweep, "_judge_huge_rows", lambda self, s, d: None)
     if own_process:
         guard = huge_rows.call_alone_within_budget
         monkeypatch.setattr(shape_sweep, "call_alone_within_budget", lambda d, own: guard(d, True))
