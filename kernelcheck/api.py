@@ -391,7 +391,10 @@ def _sweep_gaps(spec: OpSpec, dts, checks, sweeps: bool, shapes: list) -> dict[s
         )
     if sweep:
         what = f"shape_sweep's residues mod 64, wide batches and {LONG_ROWS}-row leads at {values}"
-        gaps[what] = "attribute sweeps take the size edges (1-16, 2^k-1/2^k/2^k+1, vocabularies)"
+        gaps[what] = (
+            "attribute sweeps take the size edges (1-16, 2^k-1/2^k/2^k+1, vocabularies) and,"
+            f" at {narrowest_dtype(spec)}, each dim's widest size at 2^28 elements"
+        )
     if sweep and len(dts) > 1:
         others = ", ".join(dts[1:])
         what = f"shape_sweep's size edges within the sweeps' shapes at {values} for {others}"

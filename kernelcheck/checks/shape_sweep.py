@@ -87,9 +87,10 @@ sweep does not depend on the case's own shape: it runs once per (candidate, dtyp
 attributes), in the grid's first shape's case.
 
 An attribute sweep (a value off the grid's: a temperature, an eps) runs it too, without
-the residues mod 64, the wide batches and the long leads: a kernel's wide or tiled path
-that forgets the attribute (an eps hard-coded past hidden 4,096, a temperature dropped
-on the long-row path) shows at the size edges, where those paths begin. At the grid's
+the residues mod 64, the wide batches and the long leads (but the narrowest dtype's
+2^28-element batch at each dim's widest size): a kernel's wide or tiled path that forgets
+the attribute (an eps hard-coded past hidden 4,096, a temperature dropped on the long-row
+path) shows at the size edges, where those paths begin. At the grid's
 first dtype every edge; at the others (a 16-bit path of its own) the edges wider than
 the sweeps' own shapes (``cases.grid.swept_widths``), which judge the narrower sizes.
 """
@@ -530,14 +531,15 @@ class ShapeSweep(Check):
             self.progress(label)
             self.shapes += 1
             self._judge(trial.seed, dist, label, sizes, hot_calls(label) if full else 0)
-        if self.failed is None and narrow and far_rows_unjudged(self.ctx.op) is None:
-            self._judge_narrow_wide(trial.seed, MIX.join(self._own_distributions()))
         narrowest = full and narrow
         if self.failed is None and swept_dims(self.ctx.op) and self._far_rows_here(full):
             rows = WIDE_BLOCK_ROWS if narrowest else LONG_ROWS
             self._judge_far_rows(trial.seed, MIX.join(self._own_distributions()), rows)
         if self.failed is None and narrowest:
             self._judge_huge_rows(trial.seed, MIX.join(self._own_distributions()))
+        # after the huge leads: a block the keeper holds from it would cut their budget
+        if self.failed is None and narrow and far_rows_unjudged(self.ctx.op) is None:
+            self._judge_narrow_wide(trial.seed, MIX.join(self._own_distributions()))
 
     def _own_distributions(self) -> list[str]:
         """The case's distributions, each mixed one in its parts (a repro's
