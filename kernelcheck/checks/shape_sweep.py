@@ -537,7 +537,7 @@ class ShapeSweep(Check):
             self._judge_far_rows(trial.seed, MIX.join(self._own_distributions()), rows)
         if self.failed is None and narrowest:
             self._judge_huge_rows(trial.seed, MIX.join(self._own_distributions()))
-        # after the huge leads: a block the keeper holds from it would cut their budget
+        # after the huge leads: a block kept from it could cut their memory budget
         if self.failed is None and narrow and far_rows_unjudged(self.ctx.op) is None:
             self._judge_narrow_wide(trial.seed, MIX.join(self._own_distributions()))
 
@@ -718,14 +718,15 @@ class ShapeSweep(Check):
         judge = cls(sub, params)
         judge.observe(at)
         outcome = judge.outcome()
+        # no verdict where the reference misses it too: its error is not this judge's worst
+        if outcome.status == "fail" and self._reference_misses(cls, sub, at, params):
+            return self._judged_by_precision(cls, sub, at, label, sizes)
         if "max_abs" in outcome.metrics and "limit" not in (outcome.tolerance or {}):
             worst = max(self.worst.get(judge.name, 0.0), outcome.metrics["max_abs"])
             self.worst[judge.name] = worst
         margin = limit_margin(outcome)
         if margin is not None:
             self.margins[judge.name] = max(self.margins.get(judge.name, 0.0), margin)
-        if outcome.status == "fail" and self._reference_misses(cls, sub, at, params):
-            return self._judged_by_precision(cls, sub, at, label, sizes)
         if outcome.status == "fail":
             self.failed = (label, shape_flag(sizes), sizes, outcome, judge.name)
             return False
