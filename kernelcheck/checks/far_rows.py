@@ -133,23 +133,35 @@ def judge_far_rows(
         small.release()
 
 
+def frozen_calls(grad_inputs: list[str], row_wise: list[str]) -> list[tuple[str, ...]]:
+    """The ``wrt`` of each frozen backward call at the far rows: the row-wise grad inputs
+    with the shared ones frozen (a LoRA model's norm weight: a dx-only kernel), then each
+    row-wise one alone where another grad input is row-wise too (swiglu's ``up`` frozen: a
+    d_gate-only kernel, which a big batch may take); each judged at its own rows."""
+    calls = [tuple(row_wise)] if row_wise and len(row_wise) < len(grad_inputs) else []
+    if len(row_wise) > 1:
+        calls += [(n,) for n in row_wise]
+    return calls
+
+
 def _judge_backward(ctx, small: Trial, rows: int, backward_rows, gold, frozen_call: bool):
     """The judged rows' row-wise gradients and with-grad outputs (``backward_rows(wrt)``:
     those of a backward call of the batch) against the gold; with ``frozen_call``, the
-    row-wise gradients again from a call where the shared inputs are frozen (a LoRA
-    model's norm weight: a dx-only kernel, whose tail past a multiple of its rows per
-    program a small batch never shows); then their bits against the small draw's own."""
+    row-wise gradients again from each call of :func:`frozen_calls` (a LoRA model's norm
+    weight frozen: a dx-only kernel, whose tail past a multiple of its rows per program a
+    small batch never shows); then their bits against the small draw's own."""
     gold_grads = _gold_grad_rows(small)
     outs, grads, body = backward_rows(None)
     tol = {n: ctx.tolerance("backward_accuracy", n) for n in gold_grads}
     pairs = [(f"gradient:{n}", tol[n], grads[n], g) for n, g in gold_grads.items()]
     pairs += _output_pairs(ctx, " (with grad)", outs, gold)
     found = _first_failure(ctx, small, rows, pairs)
-    shared = [n for n in ctx.op.grad_inputs if n not in gold_grads]
-    if found is None and frozen_call and shared and gold_grads:
-        _, frozen, _ = backward_rows(tuple(gold_grads))
-        note = f" ({', '.join(shared)} frozen)"
-        pairs = [(f"gradient:{n}{note}", tol[n], frozen[n], g) for n, g in gold_grads.items()]
+    for wrt in frozen_calls(ctx.op.grad_inputs, list(gold_grads)) if frozen_call else []:
+        if found is not None:
+            break
+        _, frozen, _ = backward_rows(wrt)
+        note = f" ({', '.join(n for n in ctx.op.grad_inputs if n not in wrt)} frozen)"
+        pairs = [(f"gradient:{n}{note}", tol[n], frozen[n], gold_grads[n]) for n in wrt]
         found = _first_failure(ctx, small, rows, pairs)
     if found is not None:
         return "backward_accuracy", found

@@ -53,7 +53,8 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   elements a block puts two rows of 2,560 in one (a round-16 red team's rms_norm).
   Its judged rows' bits must equal the same rows' in a small batch (``far_rows``: a
   switch of reduction order past 2^27 elements), its calls at 3 threads; at 65,537 rows
-  the backward runs again with the shared grad inputs frozen (a dx-only kernel);
+  the backward runs again with the shared grad inputs frozen (a dx-only kernel), and
+  with each row-wise one alone where there are two (swiglu's ``up`` frozen);
 - one lead past 2^31 elements (``huge_rows_shape``: logp 14,234 rows at 151,552), and one
   of 524,352 rows at 2,048 (past 65,535 blocks of 16,384 elements, however many rows a
   launcher packs in one: eight of 2,048), once per candidate, in the grid's narrowest

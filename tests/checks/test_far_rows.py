@@ -12,6 +12,7 @@ from kernelcheck.checks.far_rows import (
     FILLERS,
     JUDGED,
     body_rows_differing,
+    frozen_calls,
     judged_positions,
     row_order,
 )
@@ -126,6 +127,22 @@ def test_a_dx_only_kernel_whose_tail_is_unwritten_fails_at_the_far_rows_frozen(c
     assert res.message.startswith(f"at {LONG_ROWS} rows at hidden=2560"), res.message
     assert "gradient:x (weight frozen)" in res.message, res.message
     assert f"first at row {LONG_ROWS - 1}" in res.message, res.message
+
+
+def test_a_gate_only_backward_past_128_rows_fails_at_the_far_rows_with_up_frozen(catalog):
+    """swiglu with ``up`` frozen and 128+ rows takes a d_gate-only kernel with its
+    operands swapped (a round-22 red team's): the grid's frozen calls (64 rows at most)
+    pass it; the far-rows lead's backward with each row-wise input alone fails it."""
+    res = _failed_sweep(catalog, "swiglu", "broken_swiglu:gate_only_backward_swapped_past_128_rows")
+    assert res.message.startswith(f"at {LONG_ROWS} rows at "), res.message
+    assert "gradient:gate (up frozen)" in res.message, res.message
+
+
+def test_each_row_wise_grad_input_is_judged_alone_at_the_far_rows():
+    assert frozen_calls(["x", "weight"], ["x"]) == [("x",)]
+    assert frozen_calls(["gate", "up"], ["gate", "up"]) == [("gate",), ("up",)]
+    assert frozen_calls(["a", "b", "w"], ["a", "b"]) == [("a", "b"), ("a",), ("b",)]
+    assert frozen_calls(["logits"], ["logits"]) == []
 
 
 @pytest.mark.slow  # two CLI runs of the sweep
