@@ -129,11 +129,15 @@ def at_first_dtype(op: OpSpec, case: Case) -> bool:
     return not op.grid.dtypes or case.dtype == op.grid.dtypes[0]
 
 
+def at_first_shape(op: OpSpec, case: Case) -> bool:
+    """Whether ``case`` is at the grid's first shape (or the grid has none)."""
+    return not op.grid.shapes or case.sizes == op.grid.shapes[0]
+
+
 def at_first_grid_case(op: OpSpec, case: Case) -> bool:
     """Whether ``case`` is at the grid's first dtype and first shape (its attributes
     aside): where a check does once per op what it cannot afford in every case."""
-    shapes = op.grid.shapes
-    return at_first_dtype(op, case) and (not shapes or case.sizes == shapes[0])
+    return at_first_dtype(op, case) and at_first_shape(op, case)
 
 
 def parse_sizes(text: str, flag: str = "--shape") -> dict[str, int]:

@@ -3,7 +3,8 @@
 Output dtype, shape and device; out-of-range indices give exactly the declared value
 (+0.0 for logp, compared as bits) and a zero gradient; empty input works; a
 non-contiguous input (row-padded, column-strided, lead-strided and RL's shifted-token
-views) gives the same bits as its contiguous copy, forward and backward; so does a
+views) gives the same bits as its contiguous copy, forward and backward, in 16 rows and
+again in a training batch of up to 4,096; so does a
 backward handed a non-contiguous upstream gradient, as autograd hands one to a kernel
 (``out.sum()`` gives an expanded one, of stride 0).
 """
@@ -19,6 +20,7 @@ from dataclasses import replace
 import torch
 
 from kernelcheck import dtypes, gold
+from kernelcheck.cases.grid import at_first_shape
 from kernelcheck.cases.inputs import make_inputs
 from kernelcheck.checks import concurrent_calls, process_inputs
 from kernelcheck.checks.check import Check
@@ -45,6 +47,12 @@ TOKEN_MEAN_SCALE = 2.0**-30
 # the Qwen3 vocabulary; the head's 16 at linear_logp's widest)
 PACKED_ROWS = 256
 PACKED_ELEMENTS = 1 << 22
+# the layout views and the must-raise calls again at a training batch: up to 4,096 rows,
+# within 2^23 elements of the widest row-wise input (838 rows at a vocabulary of 10,000)
+# and the in-flight probe's work; a kernel may pick its path by row count (a pitch-walking
+# launcher from 256 rows, a range check skipped from 512: round-22 red teams')
+TRAINING_ROWS = 4096
+TRAINING_ELEMENTS = 1 << 23
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
 # of saved statistics reads another call's
 IN_FLIGHT = 9
@@ -145,6 +153,9 @@ class Contract(Check):
         # in_flight_work products of a row's dims
         "in_flight_elements": 3 << 23,
         "in_flight_work": 1 << 31,
+        # the training batch's rows at most (0: no training-batch probe), and its elements
+        "training_rows": TRAINING_ROWS,
+        "training_elements": TRAINING_ELEMENTS,
     }
     summary = "dtype, shape, out-of-range -> exact value, empty input, strided == contiguous bits"
 
@@ -170,6 +181,7 @@ class Contract(Check):
             self._must_raise,
             self._empty,
             self._strided,
+            self._at_training_batch,
             self._column_major_rows,
             self._shared_views,
             self._strided_upstream,
@@ -512,7 +524,7 @@ class Contract(Check):
                     f"{g.reshape(-1)[k].item()!r}"
                 )
 
-    def _strided(self, trial: Trial) -> None:
+    def _strided(self, trial: Trial, head: dict | None = None, batch: str = "") -> None:
         """Non-contiguous inputs give the bits of their contiguous copies, forward and
         backward: rows padded (all row-wise inputs, then each alone), every other column,
         every input (ids and weights too) contiguous but one element into its storage,
@@ -521,9 +533,12 @@ class Contract(Check):
         into one stride, and lead dims permuted in memory (dense, not contiguous:
         [s, b, h] seen as [b, s, h]): a kernel that addresses rows as
         ``row * stride(-2)``, or every operand by one operand's strides, reads other rows.
-        Each view on its own: one that raises (a ``fail``, named) never hides the next."""
+        Each view on its own: one that raises (a ``fail``, named) never hides the next.
+        Of the trial's first rows, or of ``head`` (one lead dim), ``batch`` naming it."""
         before = len(self.problems)
-        for label, views, lead in self._strided_views(trial):
+        head = self._head(trial)[0] if head is None else head
+        for label, views, lead in self._strided_views(trial, head):
+            label += batch
             # fresh copies: a view that is contiguous already gets one at offset 0 too
             contiguous = {
                 k: v.clone(memory_format=torch.contiguous_format) for k, v in views.items()
@@ -537,13 +552,65 @@ class Contract(Check):
                     raise
                 self.problems.append(f"{label}: {exc}")
         if len(self.problems) == before:
-            self.passed.append("non-contiguous == contiguous")
+            self.passed.append(f"non-contiguous == contiguous{batch}")
 
-    def _strided_views(self, trial: Trial) -> Iterator[tuple[str, dict, tuple[int, ...]]]:
-        """(label, device inputs, lead shape) of each non-contiguous layout the op takes."""
+    def _at_training_batch(self, trial: Trial) -> None:
+        """The layout views (:meth:`_strided`) and the must-raise calls (:meth:`_raises_in`,
+        every position active) again at a training batch (:meth:`_training_rows`), in the
+        grid's first shape's cases at its attributes and in the big-batch cases: a kernel
+        may walk rows by one pitch, or skip its range check (a host sync), only past some
+        row count, where the grid's 16-row probes and the packed 256 never go."""
+        rows = self._training_rows()
+        if not rows:
+            return
+        drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="training")
+        batch = f" in a training batch of {rows} rows"
+        self._strided(trial, drawn, batch)
+        rule = self.ctx.op.must_raise
+        if rule is None:
+            return
+        before = len(self.problems)
+        if rule.where:
+            drawn[rule.where] = torch.ones_like(drawn[rule.where])
+        self._raises_in(trial, drawn, (rows,), batch)
+        if len(self.problems) == before:
+            self.passed.append(f"{rule.input} out of range -> raises{batch}")
+
+    def _training_rows(self) -> int:
+        """The training batch's rows (0: none in this case): up to the ``training_rows``
+        param, within ``training_elements`` of the widest row-wise input and the
+        ``in_flight_work`` of a row's products, more than the head's rows."""
+        ctx, op = self.ctx, self.ctx.op
+        here = ctx.is_big_batch_case() or (
+            not op.off_grid(ctx.case.attributes) and at_first_shape(op, ctx.case)
+        )
+        if not op.lead or not here:
+            return 0
+        rows = min(
+            int(self.params["training_rows"]),
+            int(self.params["training_elements"]) // self._widest_row(),
+            int(self.params["in_flight_work"]) // ctx.row_work,
+        )
+        return rows if rows > int(self.params["rows"]) else 0
+
+    def _widest_row(self) -> int:
+        """A row's elements in the op's widest row-wise input (a buffer's size)."""
+        ctx, op = self.ctx, self.ctx.op
+        return max(
+            math.prod(ctx.sizes[d] for d in s.shape[len(op.lead) :] if d in ctx.sizes)
+            for s in op.inputs
+            if op.is_row_wise(s)
+        )
+
+    def _strided_views(
+        self, trial: Trial, head: dict
+    ) -> Iterator[tuple[str, dict, tuple[int, ...]]]:
+        """(label, device inputs, lead shape) of each non-contiguous layout the op takes,
+        of ``head``'s rows (one lead dim); the shifted and permuted views as many rows in
+        sequences of up to 8 (at least 2 sequences)."""
         op, nlead = self.ctx.op, len(self.ctx.lead)
         row_wise = {i.name: op.is_row_wise(i) for i in op.inputs}
-        head, (n,) = self._head(trial)
+        n = next((v.shape[0] for k, v in head.items() if row_wise[k] and v.dim()), 1)
         padded = {}
         for k, v in self.ctx.to_device(head).items():
             if row_wise[k] and v.is_floating_point() and v.dim() > 1:
@@ -588,7 +655,7 @@ class Contract(Check):
         seq = min(self.ctx.lead[-1], 8) if nlead >= 2 else 0
         if not seq:
             return
-        lead = (*[2] * (nlead - 1), seq + 1)
+        lead = (*[2] * (nlead - 2), max(2, n // seq), seq + 1)
         # normal rows: a masked row spares its own target, not its neighbour's
         longer = self.ctx.to_device(self.ctx.draw(trial.seed, "normal", lead, "shift"))
         cut = nlead - 1  # the last lead dim: logits drop the last token, ids the first
@@ -1692,12 +1759,7 @@ class Contract(Check):
         ctx, op = self.ctx, self.ctx.op
         if not ctx.grad or not ctx.is_big_batch_case() or not ctx.at_first_dtype():
             return
-        widest = max(  # a row's elements in its widest row-wise input: a buffer's size
-            math.prod(ctx.sizes[d] for d in s.shape[len(op.lead) :] if d in ctx.sizes)
-            for s in op.inputs
-            if op.is_row_wise(s)
-        )
-        elements = -(-int(self.params["in_flight_elements"]) // widest)
+        elements = -(-int(self.params["in_flight_elements"]) // self._widest_row())
         rows = min(elements, int(self.params["in_flight_work"]) // ctx.row_work)
         if rows <= math.prod(ctx.lead):
             return

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernelcheck import api
+from kernelcheck.checks.contract import TRAINING_ROWS
 from tests.conftest import FIXTURES, SPECS, run_one, run_small, with_candidate, with_op_candidate
 
 SHAPE = {"batch": 8, "vocab": 257}
@@ -116,6 +117,36 @@ def test_a_contract_layout_or_call_that_the_grid_never_makes_fails(catalog, bug,
     assert res.status == "fail", res.message
     assert says in res.message, res.message
     honest = run_small(catalog, "torch", ["contract"], seeds=[0])["contract"]
+    assert honest.status == "pass", honest.message
+
+
+@pytest.mark.parametrize(
+    ("op", "bug", "says"),
+    [
+        (
+            "logp",
+            "broken_logp:rows_walked_by_one_pitch_from_256",
+            f"shifted-token view in a training batch of {TRAINING_ROWS} rows: output 'logp' "
+            "differs",
+        ),
+        (
+            "ratio_kl",
+            "broken_ratio_kl:range_check_skipped_from_512_rows",
+            "action_ids=-100 at an active position (attention_mask true) in a training "
+            f"batch of {TRAINING_ROWS} rows did not raise",
+        ),
+    ],
+)
+def test_a_path_taken_past_a_row_count_fails_the_training_batchs_probes(catalog, op, bug, says):
+    """Round-22 red teams' kernels, right up to 255 and 511 rows: a logp walking 3-D
+    logits by one row pitch (RL's shifted view read early), a ratio_kl skipping its range
+    check (a host sync). The layout and must-raise probes at 4,096 rows fail them; the
+    honest ones pass, at the grid's first shape."""
+    shape = dict(catalog.ops[op].grid.shapes[0])
+    res = run_one(with_op_candidate(catalog, op, "bug", bug), op, "bug", "contract", "fp32", shape)
+    assert res.status == "fail", res.message
+    assert says in res.message, res.message
+    honest = run_one(catalog, op, "torch", "contract", "fp32", shape)
     assert honest.status == "pass", honest.message
 
 
