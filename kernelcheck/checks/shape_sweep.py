@@ -20,13 +20,13 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   table of 64 tiles of 4,096 ends at 2^18); the other inner dims at the op's defaults;
 - wide batches: each inner dim at 2^k + 1 for k in ``WIDE_POWERS`` and at its widest
   swept size, with ``WIDE_ELEMENTS`` (2^26) elements' worth of rows, between 64 and
-  4,096 (Gemma's vocabulary: 255 rows; in the narrowest dtype's cases, an attribute
-  sweep's too, each dim's widest again with ``NARROW_WIDE_ELEMENTS``, 2^28, judged as the
-  far rows are, each call alone within its memory budget): a kernel may pick its path by
-  width and rows
-  together (a GEMM with TF32 operands from K >= 2,048 at 32 tokens; a streaming pass over
-  a wide row for a training batch), which neither the sweep's few rows nor the grid's
-  narrower shapes reach;
+  4,096 (Gemma's vocabulary: 255 rows; each dim's widest again with
+  ``WIDEST_BATCH_ELEMENTS``, 2^28, at the grid's attributes in every dtype and in an
+  attribute sweep's case at the narrowest, judged as the far rows are, each call alone
+  within its memory budget): a kernel may pick its path by width and rows together (a
+  GEMM with TF32 operands from K >= 2,048 at 32 tokens; a streaming pass over a wide row
+  for a training batch), which neither the sweep's few rows nor the grid's narrower
+  shapes reach;
 - hot shapes: each residue shape past ``SWEEP_BASE`` (every residue mod ``HOT_RESIDUES``,
   128) is called 32, 64, 128 or 256 more times (:func:`hot_calls`), and 8,191
   (``LONG_HOT_SIZE``) 2,048 more, on the same inputs, then the backward (with grad)
@@ -192,12 +192,13 @@ WIDE_POWERS = (8, 11, 14)  # wide batches at 2^k + 1, and at the widest swept si
 # 4,096 and 8,192 columns, dropped a partial last block; 1,024 rows never took them)
 WIDE_ELEMENTS = 1 << 26
 WIDE_ROWS = (64, 4096)
-# in the narrowest dtype's case, each dim's widest batch holds this many elements instead
-# (also at each attribute sweep's values): a 16-bit RL micro-batch at a real vocabulary
-# (1,024 tokens of Qwen3's 151,936: 2^27.2), past 2^27, where a kernel may switch to a
-# chunked path below 2^31 (a round-21 red team's entropy kept its chunks' partial sums in
-# bf16 there, its ratio_kl the saved logsumexp, its logp left T out of the softmax)
-NARROW_WIDE_ELEMENTS = 1 << 28
+# each dim's widest batch again with this many elements, at the grid's attributes in every
+# dtype and at each attribute sweep's values in the narrowest: an RL micro-batch at a real
+# vocabulary (1,024 tokens of Qwen3's 151,936: 2^27.2), past 2^27, where a kernel may
+# switch to a chunked path below 2^31 (round-21 red teams' entropy kept its chunks' partial
+# sums in bf16 there, their ratio_kl the saved logsumexp, their logp left T out of the
+# softmax; a round-22 one's fp32 entropy wrote exp(x - max) into the caller's logits)
+WIDEST_BATCH_ELEMENTS = 1 << 28
 SHARE_ELEMENTS = 1 << 20  # shapes this large share their draws and gold across candidates
 # drawn in every shape besides the case's own distributions: the row's mass at its
 # first and last columns, where a vector body's head and tail are handled apart
@@ -372,14 +373,14 @@ def _other_inner(inner: dict[str, int], dim: str) -> dict[str, int]:
     return {d: min(v, OTHER_INNER) for d, v in inner.items() if d != dim}
 
 
-def narrow_wide_batches(op: OpSpec) -> list[tuple[str, dict[str, int]]]:
-    """(label, sizes) of the narrowest dtype's widest wide batches: each swept dim at its
-    widest swept size with NARROW_WIDE_ELEMENTS worth of rows (within WIDE_ROWS), the
+def widest_batches(op: OpSpec) -> list[tuple[str, dict[str, int]]]:
+    """(label, sizes) of the widest wide batches: each swept dim at its
+    widest swept size with WIDEST_BATCH_ELEMENTS worth of rows (within WIDE_ROWS), the
     other inner dims at their defaults."""
     if not op.lead:
         return []
     inner = {d: op.dims[d].default for d in swept_dims(op)}
-    return wide_batches(op, inner, widest_only=True, elements=NARROW_WIDE_ELEMENTS)
+    return wide_batches(op, inner, widest_only=True, elements=WIDEST_BATCH_ELEMENTS)
 
 
 def joint_shape(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
@@ -493,16 +494,16 @@ class ShapeSweep(Check):
     def lead_work(cls, op, case, params: dict) -> int:
         """The far-rows lead's, at the grid's attributes or in its first dtype (an upper
         bound on :meth:`_far_rows_here`'s big-batch case), and the huge leads' together in
-        the narrowest dtype's case at the grid's attributes; the widest wide batch's in
-        the narrowest dtype's cases."""
+        the narrowest dtype's case at the grid's attributes; the widest batches' at the
+        grid's attributes and in the narrowest dtype's cases."""
         full = not op.off_grid(case.attributes)
         narrowest = full and case.dtype == narrowest_dtype(op)
         work = 0
         if swept_dims(op) and (full or at_first_dtype(op, case)):
             rows = WIDE_BLOCK_ROWS if narrowest else LONG_ROWS
             work = math.prod(far_rows_shape(op, rows)[1].values())
-        if op.lead and case.dtype == narrowest_dtype(op):
-            work = max(work, NARROW_WIDE_ELEMENTS)
+        if op.lead and (full or case.dtype == narrowest_dtype(op)):
+            work = max(work, WIDEST_BATCH_ELEMENTS)
         if narrowest:
             work = max(work, sum(math.prod(s.values()) for _, s in huge_rows_shapes(op)))
         return work
@@ -539,8 +540,9 @@ class ShapeSweep(Check):
         if self.failed is None and narrowest:
             self._judge_huge_rows(trial.seed, MIX.join(self._own_distributions()))
         # after the huge leads: a block kept from it could cut their memory budget
-        if self.failed is None and narrow and far_rows_unjudged(self.ctx.op) is None:
-            self._judge_narrow_wide(trial.seed, MIX.join(self._own_distributions()))
+        widest = narrow or full  # the grid's attributes in every dtype, the sweeps' narrowest
+        if self.failed is None and widest and far_rows_unjudged(self.ctx.op) is None:
+            self._judge_widest_batches(trial.seed, MIX.join(self._own_distributions()))
 
     def _own_distributions(self) -> list[str]:
         """The case's distributions, each mixed one in its parts (a repro's
@@ -553,12 +555,12 @@ class ShapeSweep(Check):
         65,535 blocks may forget an attribute, as a narrower one does not)."""
         return full or (self.ctx.at_first_dtype() and self.ctx.is_big_batch_case())
 
-    def _judge_narrow_wide(self, seed: int, dist: str) -> None:
-        """The narrowest dtype's widest wide batches (:func:`narrow_wide_batches`, in an
-        attribute sweep's case too), each judged at its first and last rows against their
-        own gold and every row between by its bits, each call alone within its memory
-        budget (a full float64 gold of 2^28 elements, two cases at once, ran out)."""
-        for label, sizes in narrow_wide_batches(self.ctx.op):
+    def _judge_widest_batches(self, seed: int, dist: str) -> None:
+        """The widest wide batches (:func:`widest_batches`), each judged at its first and
+        last rows against their own gold and every row between by its bits, each call
+        alone within its memory budget (a full float64 gold of 2^28 elements, two cases at
+        once, ran out)."""
+        for label, sizes in widest_batches(self.ctx.op):
             self.progress(label)
             where = shape_flag(sizes)
             self._judge_within_budget(label, where, sizes, seed, dist, placed_rows)

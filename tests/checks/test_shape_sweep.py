@@ -26,12 +26,12 @@ from kernelcheck.checks.shape_sweep import (
     huge_rows_shape,
     huge_rows_shapes,
     joint_shape,
-    narrow_wide_batches,
     narrowest_dtype,
     sweep_shapes,
     sweep_sizes,
     swept_dims,
     wide_batches,
+    widest_batches,
 )
 from tests.conftest import SPECS, run_one, run_small, with_candidate, with_op_candidate
 
@@ -100,13 +100,13 @@ def test_every_inner_dim_gets_wide_batches_of_many_rows(catalog):
         assert any(s[op.lead[0]] >= 2048 and 16385 in s.values() for _, s in wide), name
 
 
-def test_the_narrowest_dtypes_widest_batches_pass_2_27_elements(catalog):
-    """In the narrowest dtype's cases, each dim's widest wide batch again with 2^27 to
-    2^31 elements (4,096 rows at most: linear_logp's hidden of 16,385 has 2^26): a 16-bit
-    RL micro-batch at a real vocabulary, where a chunked path with 32-bit offsets may
+def test_the_widest_batches_pass_2_27_elements(catalog):
+    """Each dim's widest wide batch again with 2^27 to 2^31 elements (4,096 rows at most:
+    linear_logp's hidden of 16,385 has 2^26), at the grid's attributes in every dtype:
+    an RL micro-batch at a real vocabulary, where a chunked path with 32-bit offsets may
     run; the ordinary wide batches stay at 2^26, or their 64 rows."""
     for name, op in catalog.ops.items():
-        narrow = narrow_wide_batches(op)
+        narrow = widest_batches(op)
         assert len(narrow) == (len(swept_dims(op)) if op.lead else 0), name
         for label, _ in narrow:  # "1023 rows at vocab=262208": rows x the swept dim
             rows, size = (int(v) for v in re.findall(r"\d+", label))
@@ -131,29 +131,32 @@ def test_a_training_batchs_backward_dropping_a_partial_block_fails_the_sweep(cat
     assert "backward_accuracy" in res.message, res.message
 
 
-@pytest.mark.slow  # ~1 min each: 2^28 bf16 logits, with grad, twice
+@pytest.mark.slow  # ~1 min each: 2^28 logits, with grad, twice
 @pytest.mark.parametrize(
-    ("op_name", "bug", "attributes"),
+    ("op_name", "bug", "attributes", "dtype"),
     [
-        ("entropy", "broken_entropy:chunk_partials_in_16_bits", None),
-        ("logp", "broken_logp:chunked_backward_untempered", {"temperature": 0.7}),
+        ("entropy", "broken_entropy:chunk_partials_in_16_bits", None, "bf16"),
+        ("logp", "broken_logp:chunked_backward_untempered", {"temperature": 0.7}, "bf16"),
+        ("entropy", "broken_entropy:exp_written_into_fp32_logits", None, "fp32"),
     ],
 )
-def test_a_chunked_path_for_2_27_to_2_31_logits_fails_at_the_narrowest_widest_batch(
-    catalog, monkeypatch, op_name, bug, attributes
+def test_a_chunked_path_for_2_27_to_2_31_logits_fails_at_the_widest_batch(
+    catalog, monkeypatch, op_name, bug, attributes, dtype
 ):
-    """A round-21 red team's entropy and logp: 16-bit logits of 65,536 columns or more
+    """Round-21 red teams' entropy and logp: 16-bit logits of 65,536 columns or more
     and 2^27 to 2^31 elements take a chunked path, whose partial sums are kept in 16 bits
-    (entropy) or whose backward leaves T out (logp); only the narrowest dtype's widest
-    wide batch reaches it, in an attribute sweep's case too (its first and last rows
-    judged, each call alone within its memory budget)."""
+    (entropy) or whose backward leaves T out (logp); only the widest wide batch reaches
+    it, in the narrowest dtype's attribute sweep's case too (its first and last rows
+    judged, each call alone within its memory budget). A round-22 one's entropy writes
+    exp(x - max) into fp32 logits there (its backward reads them): the widest batch runs
+    at every dtype."""
     from kernelcheck.checks import huge_rows
 
-    _huge_lead_alone(monkeypatch, lead="narrow_wide")
+    _huge_lead_alone(monkeypatch, lead="widest")
     # an 8 GiB budget whatever else runs (the calls take 2 to 4): judged, never left out
     monkeypatch.setattr(huge_rows, "available_memory_bytes", lambda: 16 << 30)
     op = catalog.ops[op_name]
-    shape, dtype = dict(op.grid.shapes[0]), narrowest_dtype(op)
+    shape = dict(op.grid.shapes[0])
     kw = {"attributes": attributes} if attributes else {}
     cat = with_op_candidate(catalog, op_name, "bug", bug)
     res = run_one(cat, op_name, "bug", "shape_sweep", dtype, shape, **kw)
@@ -564,16 +567,15 @@ def test_where_the_honest_reference_misses_the_contract_the_precision_rule_judge
 
 
 def _huge_lead_alone(monkeypatch, own_process: bool = True, lead: str = "huge") -> None:
-    """The sweep down to its huge lead (``lead`` "narrow_wide": to the narrowest dtype's
-    widest wide batches instead): no swept shapes, no far rows (each has its tests); in
-    process, its calls as in a case process of its own (``own_process``), as an isolated
-    worker makes them."""
+    """The sweep down to its huge lead (``lead`` "widest": to the widest batches instead): no
+    swept shapes, no far rows (each has its tests); in process, its calls as in a case
+    process of its own (``own_process``), as an isolated worker makes them."""
     from kernelcheck.checks import huge_rows, shape_sweep
 
     monkeypatch.setattr(shape_sweep, "sweep_shapes", lambda *a, **k: [])
     monkeypatch.setattr(shape_sweep.ShapeSweep, "_far_rows_here", lambda self, full: False)
     if lead == "huge":
-        monkeypatch.setattr(shape_sweep, "narrow_wide_batches", lambda op: [])
+        monkeypatch.setattr(shape_sweep, "widest_batches", lambda op: [])
     else:
         monkeypatch.setattr(shape_sweep.ShapeSweep, "_judge_huge_rows", lambda self, s, d: None)
     if own_process:
