@@ -53,6 +53,11 @@ PACKED_ELEMENTS = 1 << 22
 # launcher from 256 rows, a range check skipped from 512: round-22 red teams')
 TRAINING_ROWS = 4096
 TRAINING_ELEMENTS = 1 << 23
+# the must-raise calls' batch there: up to 65,537 rows (past 65,535 blocks, the far-rows
+# lead's), within 2^25 elements (an honest kernel raises before its work; a kernel that
+# skips its check from 8,192 rows on, a round-23 red team's, passed 4,096)
+MUST_RAISE_ROWS = 65_537
+MUST_RAISE_ELEMENTS = 1 << 25
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
 # of saved statistics reads another call's
 IN_FLIGHT = 9
@@ -156,6 +161,9 @@ class Contract(Check):
         # the training batch's rows at most (0: no training-batch probe), and its elements
         "training_rows": TRAINING_ROWS,
         "training_elements": TRAINING_ELEMENTS,
+        # the must-raise calls' batch there (0: none), and its elements
+        "must_raise_rows": MUST_RAISE_ROWS,
+        "must_raise_elements": MUST_RAISE_ELEMENTS,
     }
     summary = "dtype, shape, out-of-range -> exact value, empty input, strided == contiguous bits"
 
@@ -555,20 +563,22 @@ class Contract(Check):
             self.passed.append(f"non-contiguous == contiguous{batch}")
 
     def _at_training_batch(self, trial: Trial) -> None:
-        """The layout views (:meth:`_strided`) and the must-raise calls (:meth:`_raises_in`,
-        every position active) again at a training batch (:meth:`_training_rows`), in the
-        grid's first shape's cases at its attributes and in the big-batch cases: a kernel
-        may walk rows by one pitch, or skip its range check (a host sync), only past some
-        row count, where the grid's 16-row probes and the packed 256 never go."""
-        rows = self._training_rows()
-        if not rows:
-            return
-        drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="training")
-        batch = f" in a training batch of {rows} rows"
-        self._strided(trial, drawn, batch)
+        """The layout views (:meth:`_strided`) again at a training batch, and the must-raise
+        calls (:meth:`_raises_in`, every position active) at a batch of up to 65,537 rows
+        (:meth:`_training_rows`), in the grid's first shape's cases at its attributes and
+        in the big-batch cases: a kernel may walk rows by one pitch, or skip its range
+        check (a host sync), only past some row count, where the grid's 16-row probes and
+        the packed 256 never go."""
+        rows = self._training_rows("training_rows", "training_elements")
+        if rows:
+            drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="training")
+            self._strided(trial, drawn, f" in a training batch of {rows} rows")
         rule = self.ctx.op.must_raise
-        if rule is None:
+        rows = self._training_rows("must_raise_rows", "must_raise_elements")
+        if rule is None or not rows:
             return
+        drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="must raise")
+        batch = f" in a batch of {rows} rows"
         before = len(self.problems)
         if rule.where:
             drawn[rule.where] = torch.ones_like(drawn[rule.where])
@@ -576,10 +586,10 @@ class Contract(Check):
         if len(self.problems) == before:
             self.passed.append(f"{rule.input} out of range -> raises{batch}")
 
-    def _training_rows(self) -> int:
-        """The training batch's rows (0: none in this case): up to the ``training_rows``
-        param, within ``training_elements`` of the widest row-wise input and the
-        ``in_flight_work`` of a row's products, more than the head's rows."""
+    def _training_rows(self, most: str, elements: str) -> int:
+        """A big batch's rows (0: none in this case): up to the param ``most``, within the
+        param ``elements`` of the widest row-wise input and the ``in_flight_work`` of a
+        row's products, more than the head's rows."""
         ctx, op = self.ctx, self.ctx.op
         here = ctx.is_big_batch_case() or (
             not op.off_grid(ctx.case.attributes) and at_first_shape(op, ctx.case)
@@ -587,8 +597,8 @@ class Contract(Check):
         if not op.lead or not here:
             return 0
         rows = min(
-            int(self.params["training_rows"]),
-            int(self.params["training_elements"]) // self._widest_row(),
+            int(self.params[most]),
+            int(self.params[elements]) // self._widest_row(),
             int(self.params["in_flight_work"]) // ctx.row_work,
         )
         return rows if rows > int(self.params["rows"]) else 0

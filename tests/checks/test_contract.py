@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernelcheck import api
-from kernelcheck.checks.contract import TRAINING_ROWS
+from kernelcheck.checks.contract import MUST_RAISE_ROWS, TRAINING_ROWS
 from tests.conftest import FIXTURES, SPECS, run_one, run_small, with_candidate, with_op_candidate
 
 SHAPE = {"batch": 8, "vocab": 257}
@@ -129,19 +129,23 @@ def test_a_contract_layout_or_call_that_the_grid_never_makes_fails(catalog, bug,
             f"shifted-token view in a training batch of {TRAINING_ROWS} rows: output 'logp' "
             "differs",
         ),
-        (
-            "ratio_kl",
-            "broken_ratio_kl:range_check_skipped_from_512_rows",
-            "action_ids=-100 at an active position (attention_mask true) in a training "
-            f"batch of {TRAINING_ROWS} rows did not raise",
-        ),
+        *[
+            (
+                "ratio_kl",
+                f"broken_ratio_kl:range_check_skipped_from_{rows}_rows",
+                "action_ids=-100 at an active position (attention_mask true) in a batch of "
+                f"{MUST_RAISE_ROWS} rows did not raise",
+            )
+            for rows in (512, 8192)
+        ],
     ],
 )
 def test_a_path_taken_past_a_row_count_fails_the_training_batchs_probes(catalog, op, bug, says):
     """Round-22 red teams' kernels, right up to 255 and 511 rows: a logp walking 3-D
     logits by one row pitch (RL's shifted view read early), a ratio_kl skipping its range
-    check (a host sync). The layout and must-raise probes at 4,096 rows fail them; the
-    honest ones pass, at the grid's first shape."""
+    check (a host sync; a round-23 one's from 8,192 rows). The layout probes at 4,096
+    rows and the must-raise ones at 65,537 fail them; the honest ones pass, at the grid's
+    first shape."""
     shape = dict(catalog.ops[op].grid.shapes[0])
     res = run_one(with_op_candidate(catalog, op, "bug", bug), op, "bug", "contract", "fp32", shape)
     assert res.status == "fail", res.message
