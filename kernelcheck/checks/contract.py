@@ -47,15 +47,16 @@ TOKEN_MEAN_SCALE = 2.0**-30
 # the Qwen3 vocabulary; the head's 16 at linear_logp's widest)
 PACKED_ROWS = 256
 PACKED_ELEMENTS = 1 << 22
-# the layout views and the must-raise calls again at a training batch: up to 4,096 rows,
-# within 2^23 elements of the widest row-wise input (838 rows at a vocabulary of 10,000)
-# and the in-flight probe's work; a kernel may pick its path by row count (a pitch-walking
-# launcher from 256 rows, a range check skipped from 512: round-22 red teams')
+# the layout views again at a training batch: up to 4,096 rows, within 2^23 elements of
+# the widest row-wise input (838 rows at a vocabulary of 10,000) and the in-flight probe's
+# work; a kernel may pick its path by row count (a pitch-walking launcher from 256 rows, a
+# range check skipped from 512: round-22 red teams')
 TRAINING_ROWS = 4096
 TRAINING_ELEMENTS = 1 << 23
-# the must-raise calls' batch there: up to 65,537 rows (past 65,535 blocks, the far-rows
-# lead's), within 2^25 elements (an honest kernel raises before its work; a kernel that
-# skips its check from 8,192 rows on, a round-23 red team's, passed 4,096)
+# the must-raise calls' big batch, in the same cases: up to 65,537 rows (past 65,535
+# blocks, the far-rows lead's), within 2^25 elements (an honest kernel raises before its
+# work; a kernel that skips its check from 8,192 rows on, a round-23 red team's, passed
+# 4,096)
 MUST_RAISE_ROWS = 65_537
 MUST_RAISE_ELEMENTS = 1 << 25
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
@@ -161,7 +162,7 @@ class Contract(Check):
         # the training batch's rows at most (0: no training-batch probe), and its elements
         "training_rows": TRAINING_ROWS,
         "training_elements": TRAINING_ELEMENTS,
-        # the must-raise calls' batch there (0: none), and its elements
+        # the must-raise calls' big batch's rows at most (0: none), and its elements
         "must_raise_rows": MUST_RAISE_ROWS,
         "must_raise_elements": MUST_RAISE_ELEMENTS,
     }
@@ -189,7 +190,7 @@ class Contract(Check):
             self._must_raise,
             self._empty,
             self._strided,
-            self._at_training_batch,
+            self._strided_at_training_batch,
             self._column_major_rows,
             self._shared_views,
             self._strided_upstream,
@@ -433,30 +434,32 @@ class Contract(Check):
         """Each declared value at an active position must make the candidate raise, in
         each call mode: no grad, under ``inference_mode`` (a rollout's) and with grad (a
         training step's), which may be kernels of their own, each with its own check; in
-        the trial's first rows, and in a packed batch (:meth:`_packed`)."""
+        the trial's first rows, in a packed batch of up to PACKED_ROWS rows (within
+        PACKED_ELEMENTS products of a row's dims, at least the head's), and, in the cases
+        of :meth:`_big_batch_rows`, in one of up to 65,537 rows: every position active
+        (the rule's mask all true: sequence packing leaves no padding). A kernel may take
+        a fast path for an all-true mask or many rows that skips the masked selects and
+        its range check (a host sync)."""
         rule = self.ctx.op.must_raise
         if rule is None:
             return
         before = len(self.problems)
         self._raises_in(trial, *self._head(trial), "")
-        if len(self.problems) == before:
-            packed, lead = self._packed(trial)
-            self._raises_in(trial, packed, lead, f" in a packed batch of {lead[0]} rows")
+        packed = min(
+            PACKED_ROWS, max(int(self.params["rows"]), PACKED_ELEMENTS // self.ctx.row_work)
+        )
+        big = self._big_batch_rows("must_raise_rows", "must_raise_elements")
+        for rows, salt, batch in (
+            (packed, "packed", "a packed batch"),
+            (big, "must raise", "a batch"),
+        ):
+            if rows and len(self.problems) == before:
+                drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt=salt)
+                if rule.where:
+                    drawn[rule.where] = torch.ones_like(drawn[rule.where])
+                self._raises_in(trial, drawn, (rows,), f" in {batch} of {rows} rows")
         if len(self.problems) == before:
             self.passed.append(f"{rule.input} out of range -> raises")
-
-    def _packed(self, trial: Trial) -> tuple[dict, tuple[int, ...]]:
-        """A packed batch: up to PACKED_ROWS rows (within PACKED_ELEMENTS products of a
-        row's dims, at least the head's), every position active (the rule's mask all
-        true: sequence packing leaves no padding). A kernel may take a fast path for an
-        all-true mask or many rows that skips the masked selects, and its range check."""
-        rows = max(int(self.params["rows"]), PACKED_ELEMENTS // self.ctx.row_work)
-        lead = (min(PACKED_ROWS, rows),)
-        inputs = self.ctx.draw(trial.seed, trial.distribution, lead=lead, salt="packed")
-        where = self.ctx.op.must_raise.where
-        if where:
-            inputs[where] = torch.ones_like(inputs[where])
-        return inputs, lead
 
     def _raises_in(self, trial: Trial, drawn: dict, lead: tuple[int, ...], batch: str) -> None:
         """The must-raise calls on ``drawn`` (each value planted at the first position and
@@ -562,32 +565,18 @@ class Contract(Check):
         if len(self.problems) == before:
             self.passed.append(f"non-contiguous == contiguous{batch}")
 
-    def _at_training_batch(self, trial: Trial) -> None:
-        """The layout views (:meth:`_strided`) again at a training batch, and the must-raise
-        calls (:meth:`_raises_in`, every position active) at a batch of up to 65,537 rows
-        (:meth:`_training_rows`), in the grid's first shape's cases at its attributes and
-        in the big-batch cases: a kernel may walk rows by one pitch, or skip its range
-        check (a host sync), only past some row count, where the grid's 16-row probes and
-        the packed 256 never go."""
-        rows = self._training_rows("training_rows", "training_elements")
+    def _strided_at_training_batch(self, trial: Trial) -> None:
+        """The layout views (:meth:`_strided`) again at a training batch of up to 4,096 rows
+        (:meth:`_big_batch_rows`): a kernel may walk rows by one pitch only past some row
+        count, where the grid's 16-row probes never go."""
+        rows = self._big_batch_rows("training_rows", "training_elements")
         if rows:
             drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="training")
             self._strided(trial, drawn, f" in a training batch of {rows} rows")
-        rule = self.ctx.op.must_raise
-        rows = self._training_rows("must_raise_rows", "must_raise_elements")
-        if rule is None or not rows:
-            return
-        drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="must raise")
-        batch = f" in a batch of {rows} rows"
-        before = len(self.problems)
-        if rule.where:
-            drawn[rule.where] = torch.ones_like(drawn[rule.where])
-        self._raises_in(trial, drawn, (rows,), batch)
-        if len(self.problems) == before:
-            self.passed.append(f"{rule.input} out of range -> raises{batch}")
 
-    def _training_rows(self, most: str, elements: str) -> int:
-        """A big batch's rows (0: none in this case): up to the param ``most``, within the
+    def _big_batch_rows(self, most: str, elements: str) -> int:
+        """A big batch's rows (0: none in this case), in the grid's first shape's cases at
+        its attributes and in the big-batch cases: up to the param ``most``, within the
         param ``elements`` of the widest row-wise input and the ``in_flight_work`` of a
         row's products, more than the head's rows."""
         ctx, op = self.ctx, self.ctx.op
