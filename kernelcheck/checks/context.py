@@ -108,6 +108,24 @@ class CaseContext:
                 per_row += itemsize * math.prod(inner)
         return max(1, per_row)
 
+    def widest_row(self) -> int:
+        """A row's elements in the op's widest row-wise input (a buffer's size)."""
+        op = self.op
+        return max(
+            math.prod(self.sizes[d] for d in s.shape[len(op.lead) :] if d in self.sizes)
+            for s in op.inputs
+            if op.is_row_wise(s)
+        )
+
+    def takes_big_batch_probes(self) -> bool:
+        """Whether the interface probes' big batches (``contract``'s training and wide
+        batches, ``integrity``'s wide second call) run in this case: the grid's first
+        shape's cases at its attributes, and the big-batch cases; never for an op
+        without lead dims."""
+        op = self.op
+        first = not op.off_grid(self.case.attributes) and grid.at_first_shape(op, self.case)
+        return bool(op.lead) and (first or self.is_big_batch_case())
+
     def is_big_batch_case(self) -> bool:
         """Whether this case takes the checks' batches far past the grid's (invariance's
         80M elements whatever its row length; determinism's training batch past 16,384

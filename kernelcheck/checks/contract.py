@@ -20,12 +20,11 @@ from dataclasses import replace
 import torch
 
 from kernelcheck import dtypes, gold
-from kernelcheck.cases.grid import at_first_shape
 from kernelcheck.cases.inputs import make_inputs
 from kernelcheck.checks import concurrent_calls, process_inputs
 from kernelcheck.checks.check import Check
 from kernelcheck.checks.context import CaseContext
-from kernelcheck.checks.metrics import ErrorStats, bits, first_bit_difference
+from kernelcheck.checks.metrics import ErrorStats, bits, changed_elements, first_bit_difference
 from kernelcheck.checks.outcome import CandidateFault, Outcome, WrongOutput
 from kernelcheck.checks.rows import flat_rows
 from kernelcheck.checks.trial import Trial
@@ -59,6 +58,13 @@ TRAINING_ELEMENTS = 1 << 23
 # 4,096)
 MUST_RAISE_ROWS = 65_537
 MUST_RAISE_ELEMENTS = 1 << 25
+# the views that move rows again at a wide batch, forward only, in the first dtype: up
+# to 65,537 rows within 2^26 elements (2,048 rows at a vocabulary of 32,768): a kernel may
+# skip the copy of a big strided input only past 2^24 elements, a 64 MiB fp32 copy (a
+# round-23 red team's logp walked the shifted view by one pitch there; its swiglu wrote
+# its result over the gate half of a 2^24-element gate_up buffer)
+WIDE_BATCH_ROWS = 65_537
+WIDE_BATCH_ELEMENTS = 1 << 26
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
 # of saved statistics reads another call's
 IN_FLIGHT = 9
@@ -162,6 +168,9 @@ class Contract(Check):
         # the training batch's rows at most (0: no training-batch probe), and its elements
         "training_rows": TRAINING_ROWS,
         "training_elements": TRAINING_ELEMENTS,
+        # the wide batch's rows at most (0: no wide-batch probe), and its elements
+        "wide_rows": WIDE_BATCH_ROWS,
+        "wide_elements": WIDE_BATCH_ELEMENTS,
         # the must-raise calls' big batch's rows at most (0: none), and its elements
         "must_raise_rows": MUST_RAISE_ROWS,
         "must_raise_elements": MUST_RAISE_ELEMENTS,
@@ -191,6 +200,7 @@ class Contract(Check):
             self._empty,
             self._strided,
             self._strided_at_training_batch,
+            self._strided_at_wide_batch,
             self._column_major_rows,
             self._shared_views,
             self._strided_upstream,
@@ -535,7 +545,9 @@ class Contract(Check):
                     f"{g.reshape(-1)[k].item()!r}"
                 )
 
-    def _strided(self, trial: Trial, head: dict | None = None, batch: str = "") -> None:
+    def _strided(
+        self, trial: Trial, head: dict | None = None, batch: str = "", wide: bool = False
+    ) -> None:
         """Non-contiguous inputs give the bits of their contiguous copies, forward and
         backward: rows padded (all row-wise inputs, then each alone), every other column,
         every input (ids and weights too) contiguous but one element into its storage,
@@ -545,19 +557,21 @@ class Contract(Check):
         [s, b, h] seen as [b, s, h]): a kernel that addresses rows as
         ``row * stride(-2)``, or every operand by one operand's strides, reads other rows.
         Each view on its own: one that raises (a ``fail``, named) never hides the next.
-        Of the trial's first rows, or of ``head`` (one lead dim), ``batch`` naming it."""
+        Of the trial's first rows, or of ``head`` (one lead dim), ``batch`` naming it;
+        ``wide``: the views that move rows (:meth:`_strided_views`), forward only."""
         before = len(self.problems)
         head = self._head(trial)[0] if head is None else head
-        for label, views, lead in self._strided_views(trial, head):
+        for label, views, lead in self._strided_views(trial, head, wide):
             label += batch
             # fresh copies: a view that is contiguous already gets one at offset 0 too
             contiguous = {
                 k: v.clone(memory_format=torch.contiguous_format) for k, v in views.items()
             }
-            upstream = self.ctx.upstream(trial.seed, lead)
             try:
                 self._same_bits(label, views, contiguous)
-                self._same_gradient_bits(label, upstream, views, contiguous)
+                if not wide:
+                    upstream = self.ctx.upstream(trial.seed, lead)
+                    self._same_gradient_bits(label, upstream, views, contiguous)
             except CandidateFault as exc:
                 if exc.out_of_memory:
                     raise
@@ -574,74 +588,97 @@ class Contract(Check):
             drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="training")
             self._strided(trial, drawn, f" in a training batch of {rows} rows")
 
+    def _strided_at_wide_batch(self, trial: Trial) -> None:
+        """The layout views that move rows (:meth:`_strided_views`), forward only, at a
+        wide batch of up to ``wide_elements`` (2^26) elements of the widest row-wise input,
+        in the first dtype (where a size in bytes is passed first): a kernel may skip the
+        copy of a big non-contiguous input (walking its rows by one pitch) or write its
+        result over an input buffer only past a size the training batch never reaches."""
+        if not self.ctx.at_first_dtype():
+            return
+        rows = self._big_batch_rows("wide_rows", "wide_elements")
+        if rows > self._big_batch_rows("training_rows", "training_elements"):
+            drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="wide")
+            self._strided(trial, drawn, f" in a wide batch of {rows} rows", wide=True)
+
     def _big_batch_rows(self, most: str, elements: str) -> int:
-        """A big batch's rows (0: none in this case), in the grid's first shape's cases at
-        its attributes and in the big-batch cases: up to the param ``most``, within the
-        param ``elements`` of the widest row-wise input and the ``in_flight_work`` of a
-        row's products, more than the head's rows."""
-        ctx, op = self.ctx, self.ctx.op
-        here = ctx.is_big_batch_case() or (
-            not op.off_grid(ctx.case.attributes) and at_first_shape(op, ctx.case)
-        )
-        if not op.lead or not here:
+        """A big batch's rows (0: none in this case), where ``takes_big_batch_probes``: up
+        to the param ``most``, within the param ``elements`` of the widest row-wise input
+        and the ``in_flight_work`` of a row's products, more than the head's rows."""
+        ctx = self.ctx
+        if not ctx.takes_big_batch_probes():
             return 0
         rows = min(
             int(self.params[most]),
-            int(self.params[elements]) // self._widest_row(),
+            int(self.params[elements]) // ctx.widest_row(),
             int(self.params["in_flight_work"]) // ctx.row_work,
         )
         return rows if rows > int(self.params["rows"]) else 0
 
-    def _widest_row(self) -> int:
-        """A row's elements in the op's widest row-wise input (a buffer's size)."""
-        ctx, op = self.ctx, self.ctx.op
-        return max(
-            math.prod(ctx.sizes[d] for d in s.shape[len(op.lead) :] if d in ctx.sizes)
-            for s in op.inputs
-            if op.is_row_wise(s)
-        )
-
     def _strided_views(
-        self, trial: Trial, head: dict
+        self, trial: Trial, head: dict, wide: bool = False
     ) -> Iterator[tuple[str, dict, tuple[int, ...]]]:
         """(label, device inputs, lead shape) of each non-contiguous layout the op takes,
         of ``head``'s rows (one lead dim); the shifted and permuted views as many rows in
-        sequences of up to 8 (at least 2 sequences)."""
-        op, nlead = self.ctx.op, len(self.ctx.lead)
+        sequences of up to 8 (at least 2 sequences). ``wide``: only the views whose rows
+        no one pitch finds from the first, or that share one buffer (row-padded, halves of
+        one buffer, decode step, shifted-token, lead-permuted): each a big copy to skip."""
+        op = self.ctx.op
         row_wise = {i.name: op.is_row_wise(i) for i in op.inputs}
         n = next((v.shape[0] for k, v in head.items() if row_wise[k] and v.dim()), 1)
-        padded = {}
-        for k, v in self.ctx.to_device(head).items():
-            if row_wise[k] and v.is_floating_point() and v.dim() > 1:
-                wide = torch.zeros(*v.shape[:-1], v.shape[-1] + 3, dtype=v.dtype, device=v.device)
-                wide[..., : v.shape[-1]] = v
-                v = wide[..., : v.shape[-1]]
-            padded[k] = v
+        padded = self._widened(head, row_wise, 3, slice(None))
         yield "row-padded view", padded, (n,)
         # each alone, the others contiguous: a kernel that addresses every operand by one
         # operand's strides (a fused activation's up by gate's) reads other rows
         floats = [
             k for k, v in head.items() if row_wise[k] and v.is_floating_point() and v.dim() > 1
         ]
-        for k in floats if len(floats) > 1 else []:
+        for k in floats if len(floats) > 1 and not wide else []:
             yield f"row-padded {k} alone", {**self.ctx.to_device(head), k: padded[k]}, (n,)
-        columns = {}  # every other column of rows twice as wide: stride(-1) == 2
-        for k, v in self.ctx.to_device(head).items():
-            if row_wise[k] and v.is_floating_point() and v.dim() > 1:
-                wide = torch.zeros(*v.shape[:-1], 2 * v.shape[-1], dtype=v.dtype, device=v.device)
-                wide[..., ::2] = v
-                v = wide[..., ::2]
-            columns[k] = v
-        yield "column-strided view", columns, (n,)
+        del padded
+        if not wide:  # every other column of rows twice as wide: stride(-1) == 2
+            yield (
+                "column-strided view",
+                self._widened(head, row_wise, 0, slice(None, None, 2)),
+                (n,),
+            )
         if halves := _halves_of_one_buffer(self.ctx.to_device(head), floats):
             yield halves
-        past = {k: _past_storage_start(v) for k, v in self.ctx.to_device(head).items()}
-        yield "contiguous views past their storage's start", past, (n,)
+        if not wide:
+            past = {k: _past_storage_start(v) for k, v in self.ctx.to_device(head).items()}
+            yield "contiguous views past their storage's start", past, (n,)
         if not op.lead:
             return
-        double = self.ctx.draw(trial.seed, trial.distribution, lead=(2 * n,), salt="strided")
-        strided = {k: (v[::2] if row_wise[k] else v) for k, v in self.ctx.to_device(double).items()}
-        yield "lead-strided view", strided, (n,)
+        if not wide:
+            double = self.ctx.draw(trial.seed, trial.distribution, lead=(2 * n,), salt="strided")
+            dev = self.ctx.to_device(double)
+            yield (
+                "lead-strided view",
+                {k: (v[::2] if row_wise[k] else v) for k, v in dev.items()},
+                (n,),
+            )
+        yield from self._views_moving_rows(trial, head, row_wise, n)
+
+    def _widened(self, head: dict, row_wise: dict, pad: int, columns: slice) -> dict:
+        """``head`` on the device, its row-wise float inputs (2-D and up) as views of rows
+        ``pad`` wider (``pad`` 0: twice as wide), their ``columns`` the values."""
+        out = {}
+        for k, v in self.ctx.to_device(head).items():
+            if row_wise[k] and v.is_floating_point() and v.dim() > 1:
+                width = v.shape[-1] + pad if pad else 2 * v.shape[-1]
+                wide = torch.zeros(*v.shape[:-1], width, dtype=v.dtype, device=v.device)
+                view = wide[..., columns][..., : v.shape[-1]]
+                view.copy_(v)
+                v = view
+            out[k] = v
+        return out
+
+    def _views_moving_rows(
+        self, trial: Trial, head: dict, row_wise: dict, n: int
+    ) -> Iterator[tuple[str, dict, tuple[int, ...]]]:
+        """The decode-step, shifted-token and lead-permuted views of :meth:`_strided_views`:
+        rows where no one pitch finds them."""
+        nlead = len(self.ctx.lead)
         if nlead == 2 and n > 1:
             # a decode step of sequence-first rows ([s, b, h] at one position, seen as
             # [b, 1, h]): packed in memory, but the unit dim's stride spans n rows, which
@@ -1758,7 +1795,7 @@ class Contract(Check):
         ctx, op = self.ctx, self.ctx.op
         if not ctx.grad or not ctx.is_big_batch_case() or not ctx.at_first_dtype():
             return
-        elements = -(-int(self.params["in_flight_elements"]) // self._widest_row())
+        elements = -(-int(self.params["in_flight_elements"]) // self.ctx.widest_row())
         rows = min(elements, int(self.params["in_flight_work"]) // ctx.row_work)
         if rows <= math.prod(ctx.lead):
             return
@@ -1953,7 +1990,15 @@ class Contract(Check):
         ]
 
     def _same_bits(self, label: str, views: dict, contiguous: dict) -> None:
+        """The outputs of a call on ``views`` against those of their ``contiguous`` copies
+        (taken before it), bit for bit; and the views unchanged by the call (a kernel
+        writing its result over an input it recognises, the gate half of one gate_up
+        buffer, gives the right outputs)."""
         got = self.ctx.call(views)
+        for k, v in views.items():
+            written = changed_elements(contiguous[k].cpu(), v.detach())
+            if written:
+                self.problems.append(f"{label}: the call changed input {k!r} ({written} elements)")
         want = self.ctx.call({k: v.contiguous() for k, v in contiguous.items()})
         for i, (g, w) in enumerate(zip(got, want)):
             g, w = g.detach().cpu(), w.detach().cpu()

@@ -14,7 +14,11 @@ from __future__ import annotations
 import math
 
 from kernelcheck.checks.check import Check
-from kernelcheck.checks.contract import plant_out_of_range
+from kernelcheck.checks.contract import (
+    WIDE_BATCH_ELEMENTS,
+    WIDE_BATCH_ROWS,
+    plant_out_of_range,
+)
 from kernelcheck.checks.metrics import bits, integrity_problems, overlaps
 from kernelcheck.checks.outcome import CandidateFault, Outcome
 from kernelcheck.checks.rows import flat_rows
@@ -24,7 +28,15 @@ from kernelcheck.checks.trial import Trial
 class Integrity(Check):
     name = "integrity"
     small_inputs = True
-    PARAMS = {"max_seeds": 1, "edge_rows": 64}
+    # the second call again at a wide batch, as contract's (wide_rows: 0, none), within
+    # wide_work products of a row's dims
+    PARAMS = {
+        "max_seeds": 1,
+        "edge_rows": 64,
+        "wide_rows": WIDE_BATCH_ROWS,
+        "wide_elements": WIDE_BATCH_ELEMENTS,
+        "wide_work": 1 << 31,
+    }
     summary = (
         "inputs and the backward's upstream gradient unchanged (bit compare), outputs "
         "never alias an input nor the next call's outputs"
@@ -67,34 +79,83 @@ class Integrity(Check):
     def _second_call(self, trial: Trial) -> None:
         """Results of one call (forward, under no_grad and under inference_mode; backward:
         outputs and gradients) against the same results after a call on other inputs of
-        the same shape: unchanged bits, no shared storage."""
+        the same shape: unchanged bits, no shared storage. Of the trial's first rows, then
+        of a wide batch (:meth:`_wide_rows`), each call's inputs unchanged there too: a
+        kernel may keep a static output buffer (a rollout engine's) or write its result
+        over an input only past a size the trial never reaches."""
         inputs, lead = self._edge_inputs(trial, plant=False)
         other = self.ctx.draw(trial.seed, trial.distribution, lead, salt="second")
-        calls = [
-            ("forward", lambda x: self.ctx.call(self.ctx.to_device(x))),
-            # a rollout's: no autograd, no version counters, where a kernel may reuse more
-            ("forward (inference_mode)", lambda x: self.ctx.call(self.ctx.to_device(x), True)),
-        ]
-        if self.ctx.grad:
-            upstream = self.ctx.upstream(trial.seed, lead, salt="second")
+        self._second_call_of(trial, inputs, other, lead, "")
+        rows = self._wide_rows()
+        if rows > lead[0]:
+            self.progress(f"a second call of {rows} rows")
+            inputs = self.ctx.draw(trial.seed, trial.distribution, (rows,), salt="wide")
+            other = self.ctx.draw(trial.seed, trial.distribution, (rows,), salt="wide second")
+            self._second_call_of(trial, inputs, other, (rows,), f" of {rows} rows")
 
-            def backward(x):
-                outs, grads = self.ctx.call_backward(self.ctx.to_device(x), upstream)
-                return list(outs) + list(grads.values())
+    def _wide_rows(self) -> int:
+        """The wide batch's rows (0: none): in the first dtype's cases that take the big
+        batch probes, up to ``wide_rows`` within ``wide_elements`` of the widest row-wise
+        input and ``wide_work`` products of a row's dims."""
+        ctx = self.ctx
+        if not ctx.at_first_dtype() or not ctx.takes_big_batch_probes():
+            return 0
+        return min(
+            int(self.params["wide_rows"]),
+            int(self.params["wide_elements"]) // ctx.widest_row(),
+            int(self.params["wide_work"]) // ctx.row_work,
+        )
 
-            calls.append(("backward", backward))
-        for phase, call in calls:
-            first = call(inputs)
+    def _second_call_of(self, trial: Trial, inputs: dict, other: dict, lead, batch: str) -> None:
+        """:meth:`_second_call` on ``inputs`` then ``other`` (CPU, lead ``lead``);
+        ``batch`` names the batch in a finding, and there (the wide batch) the forwards
+        once more on the first call's very tensors refilled with ``other``'s values."""
+        upstream = self.ctx.upstream(trial.seed, lead, salt="second") if self.ctx.grad else []
+        # inference: None for the backward; True: a rollout's (no autograd, no version
+        # counters, where a kernel may reuse more)
+        modes = [("forward", False), ("forward (inference_mode)", True)]
+        for phase, inference in modes + [("backward", None)] * self.ctx.grad:
+            handed = [self.ctx.to_device(inputs), self.ctx.to_device(other)]
+            first = self._results(handed[0], inference, upstream)
             kept = [bits(r.detach().cpu()).clone() for r in first]
-            second = call(other)
+            second = self._results(handed[1], inference, upstream)
             for i, (r, was) in enumerate(zip(first, kept)):
                 shared = any(overlaps(r, s) for s in second)
                 if shared or not bool((bits(r.detach().cpu()) == was).all()):
                     how = "shares memory with" if shared else "changed with"
                     self.problems.append(
-                        f"{phase} result {i} of one call {how} the next call's results (a "
-                        "reused output buffer overwrites what the caller still holds)"
+                        f"{phase} result {i}{batch} of one call {how} the next call's results "
+                        "(a reused output buffer overwrites what the caller still holds)"
                     )
+            for given, dev in zip((inputs, other), handed):
+                self.problems += integrity_problems(given, dev, [], f"{phase}{batch}")
+            if batch and inference is not None:
+                self._refilled_call(phase, inference, handed[0], other, second, batch)
+
+    def _results(self, dev: dict, inference: bool | None, upstream: list) -> list:
+        """A forward call's outputs (``inference``: under inference_mode), or (None) a
+        backward call's outputs and gradients."""
+        if inference is not None:
+            return self.ctx.call(dev, inference)
+        outs, grads = self.ctx.call_backward(dev, upstream)
+        return list(outs) + list(grads.values())
+
+    def _refilled_call(self, phase: str, inference: bool, dev: dict, other: dict, want, batch):
+        """The forward again on ``dev`` (the first call's tensors) refilled in place with
+        ``other``'s values (through ``.data``: no version bump, as a static input buffer
+        is refilled): its results must have the bits of ``want`` (the call on ``other``'s).
+        A kernel that keeps a big batch's result by its inputs' address returns the old."""
+        want = [bits(r.detach().cpu()).clone() for r in want]
+        for k, v in dev.items():
+            v.data.copy_(other[k].to(v.device))
+        again = self.ctx.call(dev, inference)
+        for i, (r, was) in enumerate(zip(again, want)):
+            if r.shape != was.shape or not bool((bits(r.detach().cpu()) == was).all()):
+                self.problems.append(
+                    f"{phase} result {i}{batch} of a call on inputs refilled in place with the "
+                    "next call's values differs from that call's (a result kept by the inputs' "
+                    "address; or the call is not deterministic: see determinism)"
+                )
 
     def _edge_inputs(self, trial: Trial, plant: bool = True) -> tuple[dict, tuple[int, ...]]:
         op, nlead = self.ctx.op, len(self.ctx.lead)

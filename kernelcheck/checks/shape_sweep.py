@@ -216,7 +216,8 @@ JUDGES: tuple[type[Check], ...] = (
 # 16-bit contracts'
 SWEEP_FLOOR_ULP = 16
 # frozen grad inputs are another path, not another size, and a training batch is
-# another batch: each judged once per case, not here
+# another batch: each judged once per case, not here (but the frozen calls at the wide
+# batches: wide_batch_labels)
 SWEEP_PARAMS = {
     BackwardAccuracy.name: {"frozen_inputs": False},
     # the edges row's outputs, the floor in ulps of its inputs too: a row's one output
@@ -423,6 +424,16 @@ def wide_batches(
     return shapes
 
 
+def wide_batch_labels(op: OpSpec) -> set[str]:
+    """The labels of the wide batches among :func:`sweep_shapes`' shapes: where the
+    backward is judged with each grad input alone too (a weight-only backward of a frozen
+    input, a LoRA model's first norm, may block its rows per program past 1,024 rows and
+    drop the tail: a round-23 red team's rms_norm)."""
+    if not op.lead:
+        return set()
+    return {label for label, _ in wide_batches(op, {d: op.dims[d].default for d in swept_dims(op)})}
+
+
 def hot_backward_calls(label: str) -> int:
     """How many more backward calls the sweep makes of a hot shape: as many as the
     forward's at LONG_HOT_SIZE (an autotuner's every configuration on a long row), at
@@ -527,12 +538,14 @@ class ShapeSweep(Check):
         rows = max(3, len(parts_of(dist)))
         full = not self.ctx.op.off_grid(self.ctx.case.attributes)  # an attribute sweep: edges
         narrow = self.ctx.case.dtype == narrowest_dtype(self.ctx.op)
+        wide = wide_batch_labels(self.ctx.op)
         for label, sizes in sweep_shapes(self.ctx.op, rows, full, self._wider_than(full)):
             if self.failed is not None:
                 return
             self.progress(label)
             self.shapes += 1
-            self._judge(trial.seed, dist, label, sizes, hot_calls(label) if full else 0)
+            hot = hot_calls(label) if full else 0
+            self._judge(trial.seed, dist, label, sizes, hot, frozen=label in wide)
         narrowest = full and narrow
         if self.failed is None and swept_dims(self.ctx.op) and self._far_rows_here(full):
             rows = WIDE_BLOCK_ROWS if narrowest else LONG_ROWS
@@ -645,14 +658,18 @@ class ShapeSweep(Check):
             ]
         return self._classes
 
-    def _judge(self, seed: int, dist: str, label: str, sizes: dict[str, int], hot: int) -> None:
+    def _judge(
+        self, seed: int, dist: str, label: str, sizes: dict, hot: int, frozen: bool = False
+    ) -> None:
+        """Judge one swept shape by each of JUDGES, then its ``hot`` calls; ``frozen``: the
+        backward again with each grad input alone requiring grad (a wide batch's)."""
         # shared with the other candidates, or not (small shapes: a file per part would
         # cost more than drawing them again)
         sub = self.ctx.at_sizes(sizes, share=math.prod(sizes.values()) >= SHARE_ELEMENTS)
         at = Trial(sub, seed, dist)
         try:
             for cls in self._judge_classes():
-                if not self._judged(cls, sub, at, label, sizes):
+                if not self._judged(cls, sub, at, label, sizes, frozen=frozen):
                     return
             if hot and ForwardAccuracy in self._judge_classes():
                 self._judge_hot_calls(sub, at, label, sizes, hot)
@@ -706,12 +723,22 @@ class ShapeSweep(Check):
             self.failed = (label, shape_flag(sizes), sizes, outcome, name)
 
     def _judged(
-        self, cls: type[Check], sub, at: Trial, label: str, sizes: dict, every_row: bool = False
+        self,
+        cls: type[Check],
+        sub,
+        at: Trial,
+        label: str,
+        sizes: dict,
+        every_row: bool = False,
+        frozen: bool = False,
     ) -> bool:
         """Judge ``at`` with one of JUDGES; False (and the failure kept) when it fails. A
         contract failure where the honest reference misses the contract too is judged by
-        that direction's precision rule instead, on ``every_row`` (CONTRACT_UNMET_BY)."""
+        that direction's precision rule instead, on ``every_row`` (CONTRACT_UNMET_BY).
+        ``frozen``: the contract's backward with its frozen-input calls."""
         params = {**sub.op.check_params(cls.name), **SWEEP_PARAMS.get(cls.name, {})}
+        if frozen and cls is BackwardAccuracy:
+            params["frozen_inputs"] = True
         if cls.name == BackwardPrecision.name:
             params["floor_ulp"] = self.params["precision_floor_ulp"]
         if cls.name not in PRECISION_JUDGES:  # the contract: the case's own rows
@@ -742,6 +769,8 @@ class ShapeSweep(Check):
             return False
         kind = "forward" if cls is ForwardAccuracy else "backward"
         reference = at.as_reference(kind)
+        # the frozen-input calls are the candidate's own: never the reference's measure
+        params = {**params, "frozen_inputs": False} if "frozen_inputs" in params else params
         try:
             judge = cls(sub, params)
             judge.observe(reference)

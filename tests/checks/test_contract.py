@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kernelcheck import api
-from kernelcheck.checks.contract import MUST_RAISE_ROWS, TRAINING_ROWS
+from kernelcheck.checks.contract import MUST_RAISE_ROWS, TRAINING_ROWS, WIDE_BATCH_ROWS
 from tests.conftest import FIXTURES, SPECS, run_one, run_small, with_candidate, with_op_candidate
 
 SHAPE = {"batch": 8, "vocab": 257}
@@ -138,6 +138,17 @@ def test_a_contract_layout_or_call_that_the_grid_never_makes_fails(catalog, bug,
             )
             for rows in (512, 8192)
         ],
+        (
+            "logp",
+            "broken_logp:rows_walked_by_one_pitch_past_2_24",
+            f"shifted-token view in a wide batch of {WIDE_BATCH_ROWS} rows: output 'logp' differs",
+        ),
+        (
+            "swiglu",
+            "broken_swiglu:result_written_over_gate_half_past_2_24",
+            f"gate and up halves of one buffer in a wide batch of {WIDE_BATCH_ROWS} rows: the "
+            "call changed input 'gate'",
+        ),
     ],
 )
 def test_a_path_taken_past_a_row_count_fails_the_training_batchs_probes(catalog, op, bug, says):
@@ -145,7 +156,8 @@ def test_a_path_taken_past_a_row_count_fails_the_training_batchs_probes(catalog,
     logits by one row pitch (RL's shifted view read early), a ratio_kl skipping its range
     check (a host sync; a round-23 one's from 8,192 rows). The layout probes at 4,096
     rows and the must-raise ones at 65,537 fail them; the honest ones pass, at the grid's
-    first shape."""
+    first shape. Round-23 ones' from 2^24 elements (logp's pitch walk; a swiglu writing
+    its result over the gate half of one gate_up buffer) fail the wide batch's views."""
     shape = dict(catalog.ops[op].grid.shapes[0])
     res = run_one(with_op_candidate(catalog, op, "bug", bug), op, "bug", "contract", "fp32", shape)
     assert res.status == "fail", res.message

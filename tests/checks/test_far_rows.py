@@ -129,11 +129,21 @@ def test_a_dx_only_kernel_whose_tail_is_unwritten_fails_at_the_far_rows_frozen(c
     assert f"first at row {LONG_ROWS - 1}" in res.message, res.message
 
 
-def test_a_gate_only_backward_past_128_rows_fails_at_the_far_rows_with_up_frozen(catalog):
+def test_a_gate_only_backward_past_128_rows_fails_at_the_far_rows_with_up_frozen(
+    catalog, monkeypatch
+):
     """swiglu with ``up`` frozen and 128+ rows takes a d_gate-only kernel with its
     operands swapped (a round-22 red team's): the grid's frozen calls (64 rows at most)
-    pass it; the far-rows lead's backward with each row-wise input alone fails it."""
-    res = _failed_sweep(catalog, "swiglu", "broken_swiglu:gate_only_backward_swapped_past_128_rows")
+    pass it; the wide batches' frozen calls fail it first, and without them the far-rows
+    lead's backward with each row-wise input alone fails it."""
+    from kernelcheck.checks import shape_sweep
+
+    bug = "broken_swiglu:gate_only_backward_swapped_past_128_rows"
+    res = _failed_sweep(catalog, "swiglu", bug)
+    assert res.message.startswith("at 4096 rows at inter=257"), res.message
+    assert "gradient:gate (up frozen)" in res.message, res.message
+    monkeypatch.setattr(shape_sweep, "wide_batch_labels", lambda op: set())
+    res = _failed_sweep(catalog, "swiglu", bug)
     assert res.message.startswith(f"at {LONG_ROWS} rows at "), res.message
     assert "gradient:gate (up frozen)" in res.message, res.message
 

@@ -131,6 +131,30 @@ def test_a_training_batchs_backward_dropping_a_partial_block_fails_the_sweep(cat
     assert "backward_accuracy" in res.message, res.message
 
 
+@pytest.mark.slow  # ~35 s: rms_norm's four wide batches, twice
+def test_a_weight_only_backward_dropping_tail_rows_fails_at_a_wide_batch(catalog, monkeypatch):
+    """A round-23 red team's rms_norm: with x frozen and 1,024 rows or more, the weight
+    gradient is summed in 64 blocks of rows // 64, the rest dropped. The wide batches
+    judge the backward with each grad input alone too: 4,095 rows at 16,385 drop 63; the
+    honest one passes them."""
+    from kernelcheck.checks import shape_sweep
+
+    swept = shape_sweep.sweep_shapes
+    wide = lambda *a, **k: [(n, s) for n, s in swept(*a, **k) if " rows at " in n]  # noqa: E731
+    monkeypatch.setattr(shape_sweep, "sweep_shapes", wide)
+    monkeypatch.setattr(shape_sweep.ShapeSweep, "_far_rows_here", lambda self, full: False)
+    monkeypatch.setattr(shape_sweep, "widest_batches", lambda op: [])
+    bug = "broken_rms_norm:weight_only_backward_drops_tail_rows_past_1024"
+    cat = with_op_candidate(catalog, "rms_norm", "bug", bug)
+    shape = dict(catalog.ops["rms_norm"].grid.shapes[0])
+    res = run_one(cat, "rms_norm", "bug", "shape_sweep", "fp32", shape, seeds=[0])
+    assert res.status == "fail", res.message
+    assert res.message.startswith("at 4095 rows at hidden=16385"), res.message
+    assert "gradient:weight (x frozen)" in res.message, res.message
+    honest = run_one(catalog, "rms_norm", "torch", "shape_sweep", "fp32", shape, seeds=[0])
+    assert honest.status == "pass", honest.message
+
+
 @pytest.mark.slow  # ~1 min each: 2^28 logits, with grad, twice
 @pytest.mark.parametrize(
     ("op_name", "bug", "attributes", "dtype"),

@@ -138,6 +138,27 @@ def test_an_output_buffer_kept_under_inference_mode_fails_integrity():
     assert run_one(planted, "entropy", "torch", "integrity", "fp32", SMALL).status == "pass"
 
 
+def test_an_output_buffer_kept_past_2_22_logits_fails_integritys_wide_second_call(catalog):
+    """A round-23 red team's: the buffer kept under inference_mode from 2^22 logits on
+    only; the trial's 64 rows never reach it. The second call again at a wide batch, in
+    the grid's first shape's case, overwrites the first's result; the honest one passes.
+    A result kept by the inputs' address from 2^22 logits on fails the refilled call."""
+    bug = "broken_entropy:output_buffer_in_inference_mode_past_2_22"
+    cat = with_op_candidate(catalog, "entropy", "bug", bug)
+    shape = dict(catalog.ops["entropy"].grid.shapes[0])
+    bad = run_one(cat, "entropy", "bug", "integrity", "fp32", shape)
+    assert bad.status == "fail", bad.message
+    assert "forward (inference_mode) result 0 of 65537 rows of one call shares memory" in (
+        bad.message
+    ), bad.message
+    assert run_one(catalog, "entropy", "torch", "integrity", "fp32", shape).status == "pass"
+    bug = "broken_entropy:result_kept_by_address_past_2_22"  # refilled in place at the batch
+    cat = with_op_candidate(catalog, "entropy", "bug", bug)
+    bad = run_one(cat, "entropy", "bug", "integrity", "fp32", shape)
+    assert bad.status == "fail", bad.message
+    assert "forward result 0 of 65537 rows of a call on inputs refilled in place" in bad.message
+
+
 @pytest.mark.slow  # ~10 s: the quick suite stays under five minutes
 def test_a_backward_reading_an_output_edited_in_place_fails_the_contract():
     """The textbook backward reading H from ``ctx.h``: ``h.add_(1)`` between forward and
