@@ -114,7 +114,9 @@ class Integrity(Check):
         # inference: None for the backward; True: a rollout's (no autograd, no version
         # counters, where a kernel may reuse more)
         modes = [("forward", False), ("forward (inference_mode)", True)]
-        for phase, inference in modes + [("backward", None)] * self.ctx.grad:
+        if self.ctx.grad:
+            modes.append(("backward", None))
+        for phase, inference in modes:
             handed = [self.ctx.to_device(inputs), self.ctx.to_device(other)]
             first = self._results(handed[0], inference, upstream)
             kept = [bits(r.detach().cpu()).clone() for r in first]
