@@ -65,6 +65,9 @@ MUST_RAISE_ELEMENTS = 1 << 25
 # its result over the gate half of a 2^24-element gate_up buffer)
 WIDE_BATCH_ROWS = 65_537
 WIDE_BATCH_ELEMENTS = 1 << 26
+# and within 2^29 products of a row's dims (linear_logp at 64 x 1,000: 8,388 tokens, 8.4M
+# logits; at 2^31, its integrity took 114 s where it had taken 8)
+WIDE_BATCH_WORK = 1 << 29
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
 # of saved statistics reads another call's
 IN_FLIGHT = 9
@@ -171,6 +174,7 @@ class Contract(Check):
         # the wide batch's rows at most (0: no wide-batch probe), and its elements
         "wide_rows": WIDE_BATCH_ROWS,
         "wide_elements": WIDE_BATCH_ELEMENTS,
+        "wide_work": WIDE_BATCH_WORK,
         # the must-raise calls' big batch's rows at most (0: none), and its elements
         "must_raise_rows": MUST_RAISE_ROWS,
         "must_raise_elements": MUST_RAISE_ELEMENTS,
@@ -596,22 +600,22 @@ class Contract(Check):
         result over an input buffer only past a size the training batch never reaches."""
         if not self.ctx.at_first_dtype():
             return
-        rows = self._big_batch_rows("wide_rows", "wide_elements")
+        rows = self._big_batch_rows("wide_rows", "wide_elements", "wide_work")
         if rows > self._big_batch_rows("training_rows", "training_elements"):
             drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="wide")
             self._strided(trial, drawn, f" in a wide batch of {rows} rows", wide=True)
 
-    def _big_batch_rows(self, most: str, elements: str) -> int:
+    def _big_batch_rows(self, most: str, elements: str, work: str = "in_flight_work") -> int:
         """A big batch's rows (0: none in this case), where ``takes_big_batch_probes``: up
         to the param ``most``, within the param ``elements`` of the widest row-wise input
-        and the ``in_flight_work`` of a row's products, more than the head's rows."""
+        and the param ``work`` of a row's products, more than the head's rows."""
         ctx = self.ctx
         if not ctx.takes_big_batch_probes():
             return 0
         rows = min(
             int(self.params[most]),
             int(self.params[elements]) // ctx.widest_row(),
-            int(self.params["in_flight_work"]) // ctx.row_work,
+            int(self.params[work]) // ctx.row_work,
         )
         return rows if rows > int(self.params["rows"]) else 0
 

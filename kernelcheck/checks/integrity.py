@@ -17,6 +17,7 @@ from kernelcheck.checks.check import Check
 from kernelcheck.checks.contract import (
     WIDE_BATCH_ELEMENTS,
     WIDE_BATCH_ROWS,
+    WIDE_BATCH_WORK,
     plant_out_of_range,
 )
 from kernelcheck.checks.metrics import bits, integrity_problems, overlaps
@@ -35,7 +36,7 @@ class Integrity(Check):
         "edge_rows": 64,
         "wide_rows": WIDE_BATCH_ROWS,
         "wide_elements": WIDE_BATCH_ELEMENTS,
-        "wide_work": 1 << 31,
+        "wide_work": WIDE_BATCH_WORK,
     }
     summary = (
         "inputs and the backward's upstream gradient unchanged (bit compare), outputs "
