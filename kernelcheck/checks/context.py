@@ -117,6 +117,14 @@ class CaseContext:
             if op.is_row_wise(s)
         )
 
+    def big_batch_rows(self, most: int, elements: int, work: int) -> int:
+        """A big batch's rows (0: none in this case, see :meth:`takes_big_batch_probes`):
+        up to ``most``, within ``elements`` of the widest row-wise input and ``work`` of
+        a row's products (``cases.grid.row_work``)."""
+        if not self.takes_big_batch_probes():
+            return 0
+        return min(most, elements // self.widest_row(), work // self.row_work)
+
     def takes_big_batch_probes(self) -> bool:
         """Whether the interface probes' big batches (``contract``'s training and wide
         batches, ``integrity``'s wide second call) run in this case: the grid's first

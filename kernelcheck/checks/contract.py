@@ -58,6 +58,11 @@ TRAINING_ELEMENTS = 1 << 23
 # 4,096)
 MUST_RAISE_ROWS = 65_537
 MUST_RAISE_ELEMENTS = 1 << 25
+# and, in the first dtype, a huge batch just past 2^27 elements of the widest row-wise
+# input (within the in-flight probe's work), its float rows the head's repeated and
+# made once: a range check skipped past 2^26 logits (a round-24 red team's) spares a
+# host sync where it costs least
+MUST_RAISE_HUGE_ELEMENTS = 1 << 27
 # the views that move rows again at a wide batch, forward only, in the first dtype: up
 # to 65,537 rows within 2^26 elements (2,048 rows at a vocabulary of 32,768): a kernel may
 # skip the copy of a big strided input only past 2^24 elements, a 64 MiB fp32 copy (a
@@ -71,6 +76,9 @@ WIDE_BATCH_WORK = 1 << 29
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
 # of saved statistics reads another call's
 IN_FLIGHT = 9
+# calls of a few rows in flight at once, first in, first out: past rings of 16 and 32
+# workspaces (one per pipeline stage; 17+ micro-batches accumulated before the backwards)
+MANY_IN_FLIGHT, MANY_IN_FLIGHT_ROWS = 33, 2
 # autograd's loud refusals of a backward through a tensor edited in place: a saved
 # tensor's version counter, a view made under no_grad whose base was edited
 INPLACE_REFUSALS = ("modified by an inplace operation", "has been modified inplace")
@@ -178,6 +186,8 @@ class Contract(Check):
         # the must-raise calls' big batch's rows at most (0: none), and its elements
         "must_raise_rows": MUST_RAISE_ROWS,
         "must_raise_elements": MUST_RAISE_ELEMENTS,
+        # the must-raise calls' huge batch: past these elements (0: none)
+        "must_raise_huge_elements": MUST_RAISE_HUGE_ELEMENTS,
     }
     summary = "dtype, shape, out-of-range -> exact value, empty input, strided == contiguous bits"
 
@@ -213,6 +223,7 @@ class Contract(Check):
             self._edited_inputs,
             self._edited_indices,
             self._calls_in_flight,
+            self._many_calls_in_flight,
             self._calls_in_flight_at_scale,
             self._accumulated_grads,
             self._calls_from_threads,
@@ -223,6 +234,7 @@ class Contract(Check):
             self._under_autocast,
             self._under_default_dtype,
             self._updated_in_place,
+            self._updated_in_place_at_wide_batch,
             self._after_siblings,
             self._scaled_up,
             self._nan_inputs,
@@ -472,13 +484,45 @@ class Contract(Check):
                 if rule.where:
                     drawn[rule.where] = torch.ones_like(drawn[rule.where])
                 self._raises_in(trial, drawn, (rows,), f" in {batch} of {rows} rows")
+        huge = self._huge_must_raise_rows(big)
+        if huge and len(self.problems) == before:
+            inputs = self._repeated_head(trial, huge)
+            if rule.where:
+                inputs[rule.where] = torch.ones_like(inputs[rule.where])
+            self._raises_in(trial, inputs, (huge,), f" in a batch of {huge} rows", once=True)
         if len(self.problems) == before:
             self.passed.append(f"{rule.input} out of range -> raises")
 
-    def _raises_in(self, trial: Trial, drawn: dict, lead: tuple[int, ...], batch: str) -> None:
+    def _huge_must_raise_rows(self, big: int) -> int:
+        """The must-raise calls' huge batch's rows (0: none): in the first dtype's cases of
+        the big batches, just past ``must_raise_huge_elements`` of the widest row-wise
+        input, within ``in_flight_work`` of a row's products, more than ``big``."""
+        ctx, elements = self.ctx, int(self.params["must_raise_huge_elements"])
+        if not elements or not big or not ctx.at_first_dtype():
+            return 0
+        rows = elements // ctx.widest_row() + 1
+        fits = rows <= int(self.params["in_flight_work"]) // ctx.row_work
+        return rows if fits and rows > big else 0
+
+    def _repeated_head(self, trial: Trial, rows: int) -> dict:
+        """The head's row-wise inputs repeated to ``rows`` rows (no draw: the calls are
+        to raise before their work), the shared ones as they are."""
+        op = self.ctx.op
+        head, lead = self._head(trial)
+        reps = -(-rows // lead[0])
+        return {
+            k: v.repeat(reps, *[1] * (v.dim() - 1))[:rows] if op.is_row_wise(op.input(k)) else v
+            for k, v in head.items()
+        }
+
+    def _raises_in(self, trial: Trial, drawn: dict, lead, batch: str, once=False) -> None:
         """The must-raise calls on ``drawn`` (each value planted at the first position and
-        at the last, active), each failing one a problem; ``batch`` names the batch."""
+        at the last, active), each failing one a problem; ``batch`` names the batch.
+        ``once``: the float inputs copied to the device once for every call (a huge batch;
+        their writes are integrity's to judge)."""
         rule, ctx = self.ctx.op.must_raise, self.ctx
+        floats = {k: v for k, v in drawn.items() if v.is_floating_point()} if once else {}
+        floats = ctx.to_device(floats)
         modes = {
             "": lambda d, lead: ctx.call(d),
             " under inference_mode": lambda d, lead: ctx.call(d, True),
@@ -490,14 +534,14 @@ class Contract(Check):
         # at the first position and at the last: a check over the first rows (a block's,
         # a first tile's) alone misses the rest
         for value, at in itertools.product(rule.values, (0, -1)):
-            inputs = {k: v.clone() for k, v in drawn.items()}
+            inputs = {k: v.clone() for k, v in drawn.items() if k not in floats}
             if rule.where:
                 inputs[rule.where].reshape(-1)[at] = True
             v = eval_dim_expr(value, self.ctx.sizes)
             inputs[rule.input].reshape(-1)[at] = v
             for how, call in modes.items():
                 try:
-                    call(ctx.to_device(inputs), lead)
+                    call({**ctx.to_device(inputs), **floats}, lead)
                 except CandidateFault as exc:
                     if exc.out_of_memory:
                         raise
@@ -598,26 +642,26 @@ class Contract(Check):
         in the first dtype (where a size in bytes is passed first): a kernel may skip the
         copy of a big non-contiguous input (walking its rows by one pitch) or write its
         result over an input buffer only past a size the training batch never reaches."""
-        if not self.ctx.at_first_dtype():
-            return
-        rows = self._big_batch_rows("wide_rows", "wide_elements", "wide_work")
-        if rows > self._big_batch_rows("training_rows", "training_elements"):
+        rows = self._wide_batch_rows()
+        if rows:
             drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="wide")
             self._strided(trial, drawn, f" in a wide batch of {rows} rows", wide=True)
 
-    def _big_batch_rows(self, most: str, elements: str, work: str = "in_flight_work") -> int:
-        """A big batch's rows (0: none in this case), where ``takes_big_batch_probes``: up
-        to the param ``most``, within the param ``elements`` of the widest row-wise input
-        and the param ``work`` of a row's products, more than the head's rows."""
-        ctx = self.ctx
-        if not ctx.takes_big_batch_probes():
+    def _wide_batch_rows(self) -> int:
+        """The wide batch's rows (0: none in this case): in the first dtype, up to
+        ``wide_rows`` within ``wide_elements`` of the widest row-wise input and
+        ``wide_work`` of a row's products, if more than the training batch's."""
+        if not self.ctx.at_first_dtype():
             return 0
-        rows = min(
-            int(self.params[most]),
-            int(self.params[elements]) // ctx.widest_row(),
-            int(self.params[work]) // ctx.row_work,
-        )
-        return rows if rows > int(self.params["rows"]) else 0
+        rows = self._big_batch_rows("wide_rows", "wide_elements", "wide_work")
+        return rows if rows > self._big_batch_rows("training_rows", "training_elements") else 0
+
+    def _big_batch_rows(self, most: str, elements: str, work: str = "in_flight_work") -> int:
+        """``CaseContext.big_batch_rows`` at the params ``most``, ``elements`` and
+        ``work``, if more than the head's rows (else 0)."""
+        p = self.params
+        rows = self.ctx.big_batch_rows(int(p[most]), int(p[elements]), int(p[work]))
+        return rows if rows > int(p["rows"]) else 0
 
     def _strided_views(
         self, trial: Trial, head: dict, wide: bool = False
@@ -827,6 +871,35 @@ class Contract(Check):
                 self._updated_with_grad(trial, new, names, f"{label} (with grad)")
             if len(self.problems) == before:
                 self.passed.append(label + (", also with grad" if ctx.grad else ""))
+
+    def _updated_in_place_at_wide_batch(self, trial: Trial) -> None:
+        """:meth:`_updated_in_place`'s first refill (rows rolled) at the wide batch of
+        :meth:`_strided_at_wide_batch`, forward only, under no_grad and inference_mode:
+        the refilled call's outputs within twice the contract tolerance of a fresh call's
+        on the new values (the gold of so big a batch is not needed to see an old result).
+        A rollout engine may keep a big batch's result by its inputs' address only past a
+        size the case's rows never reach."""
+        rows = self._wide_batch_rows()
+        if not rows:
+            return
+        ctx = self.ctx
+        head = ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="wide refill")
+        how, new = next(self._refills(head, (rows,)))
+        names = [k for k in head if not torch.equal(new[k], head[k])]
+        before = len(self.problems)
+        for mode, inference in (("", False), (" (inference_mode)", True)):
+            label = f"{', '.join(names)} updated in place between calls, {how}, in a wide batch"
+            label += f" of {rows} rows{mode}"
+            dev = ctx.to_device(head)
+            ctx.call(dev, inference)
+            _refill(dev, new, names)
+            got, want = ctx.call(dev, inference), ctx.call(ctx.to_device(new), inference)
+            for o, g, w in zip(ctx.op.outputs, got, want):
+                tol = ctx.tolerance("forward_accuracy", o.name)
+                what = f"{label}: output {o.name!r}"
+                self._close(what, "a fresh call's on the new values", tol, g, w, 2.0)
+        if len(self.problems) == before:
+            self.passed.append(f"inputs updated in place in a wide batch of {rows} rows")
 
     def _after_siblings(self, trial: Trial) -> None:
         """Each sibling (the candidate's module's function for another op, at each of its
@@ -1048,30 +1121,39 @@ class Contract(Check):
             self.passed.append(label)
 
     def _under_autocast(self, trial: Trial) -> None:
-        """The forward under ``torch.autocast`` at bf16 (a model's mixed-precision forward,
-        where a fused loss is called), its backward outside it (``loss.backward()``): the
+        """The forward under ``torch.autocast`` at bf16 and at fp16 (a model's
+        mixed-precision forward, where a fused loss is called), its backward outside it
+        (``loss.backward()``), on the drawn rows and on them times ``scale_up``: the
         outputs and gradients within twice the contract tolerance of the same calls'
         without autocast. An op whose matmul autocast lowers (a ``torch.matmul`` in
-        linear_logp's forward, without ``custom_fwd``) rounds its fp32 logits to 8 bits."""
+        linear_logp's forward, without ``custom_fwd``) rounds its fp32 logits to 8 bits;
+        a kernel that squares in the autocast dtype when its input already has it
+        overflows fp16 past 256 (the scaled rows reach it)."""
         ctx = self.ctx
         kind = ctx.device.type
         if not torch.amp.is_autocast_available(kind):
             self.passed.append(f"no autocast on {kind}: not probed")
             return
         head, lead = self._head(trial)
-        label = f"under torch.autocast({kind!r}, bfloat16)"
-        pairs = self._value_pairs(
-            trial,
-            ctx.to_device(head),
-            ctx.to_device(head),
-            lead,
-            around=lambda: torch.autocast(kind, dtype=torch.bfloat16),
-        )
-        before = len(self.problems)
-        for what, tol, g, w in pairs:
-            self._close(f"{label}: {what}", "the call's without", tol, g, w, scale=2.0)
-        if len(self.problems) == before:
-            self.passed.append(label)
+        factor = float(self.params["scale_up"])
+        names = self._drawn_float_rows(head) if factor > 1.0 else []
+        big = {k: times_scale_up(v, factor) if k in names else v for k, v in head.items()}
+        rows = [("", head)] + ([(f", {', '.join(names)} x{factor:g}", big)] if names else [])
+        for amp in (torch.bfloat16, torch.float16):
+            for scaled, inputs in rows:
+                label = f"under torch.autocast({kind!r}, {dtypes.short_name(amp)}){scaled}"
+                pairs = self._value_pairs(
+                    trial,
+                    ctx.to_device(inputs),
+                    ctx.to_device(inputs),
+                    lead,
+                    around=lambda amp=amp: torch.autocast(kind, dtype=amp),
+                )
+                before = len(self.problems)
+                for what, tol, g, w in pairs:
+                    self._close(f"{label}: {what}", "the call's without", tol, g, w, scale=2.0)
+                if len(self.problems) == before:
+                    self.passed.append(label)
 
     def _gradients_against_gold(
         self, label: str, trial: Trial, inputs: dict, lead, names: list[str], at=None
@@ -1786,6 +1868,42 @@ class Contract(Check):
         self._same_gradients(problem, got_a, want_a)
         if len(self.problems) == before:
             self.passed.append(f"{IN_FLIGHT} calls in flight, a second backward == calls alone")
+
+    def _many_calls_in_flight(self, trial: Trial) -> None:
+        """``MANY_IN_FLIGHT`` (33) calls of ``MANY_IN_FLIGHT_ROWS`` rows each in flight
+        (the forwards, then the backwards first in, first out: micro-batches accumulated
+        into one loss, a deep pipeline's stages): every gradient keeps the bits of its
+        call alone. A ring of 16 or 32 workspaces that a later forward overwrote, which
+        :meth:`_calls_in_flight`' nine calls never wrap, gives an early call another's."""
+        if not self.ctx.grad:
+            return
+        ctx, op = self.ctx, self.ctx.op
+        head, lead = self._head(trial)
+        rows = (min(MANY_IN_FLIGHT_ROWS, lead[0]),)
+        batches, upstreams = [], []
+        for j in range(MANY_IN_FLIGHT):
+            salt = f"call {j + 1} of many in flight"
+            drawn = ctx.draw(trial.seed, trial.distribution, lead=rows, salt=salt)
+            batches.append(
+                {k: drawn[k] if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
+            )
+            upstreams.append(ctx.upstream(trial.seed, rows, salt=salt))
+        want = [ctx.call_backward(ctx.to_device(b), u)[1] for b, u in zip(batches, upstreams)]
+        flight = [ctx.forward_with_grad(ctx.to_device(b), u) for b, u in zip(batches, upstreams)]
+        label = (
+            f"{MANY_IN_FLIGHT} calls of {rows[0]} rows in flight (backwards first in, first out)"
+        )
+        before = len(self.problems)
+        for i, (call, ups) in enumerate(zip(flight, upstreams)):
+            got = ctx.backward_of(*call, ups)
+            problem = (
+                f"{label}: call {i + 1}'s gradient {{}} differs from the one it gets alone (or "
+                "the backward is not deterministic: see determinism)"
+            )
+            self._same_gradients(problem, got, want[i])
+            if len(self.problems) > before:
+                return  # the first call that differs says it; the rest would repeat it
+        self.passed.append(f"{label} == calls alone")
 
     def _calls_in_flight_at_scale(self, trial: Trial) -> None:
         """Two calls of a big batch in flight (two forwards, then the second call's

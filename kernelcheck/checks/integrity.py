@@ -95,22 +95,20 @@ class Integrity(Check):
             self._second_call_of(trial, inputs, other, (rows,), f" of {rows} rows")
 
     def _wide_rows(self) -> int:
-        """The wide batch's rows (0: none): in the first dtype's cases that take the big
-        batch probes, up to ``wide_rows`` within ``wide_elements`` of the widest row-wise
-        input and ``wide_work`` products of a row's dims."""
-        ctx = self.ctx
-        if not ctx.at_first_dtype() or not ctx.takes_big_batch_probes():
+        """The wide batch's rows (0: none): in the first dtype,
+        ``CaseContext.big_batch_rows`` at the params ``wide_rows``, ``wide_elements`` and
+        ``wide_work``."""
+        if not self.ctx.at_first_dtype():
             return 0
-        return min(
-            int(self.params["wide_rows"]),
-            int(self.params["wide_elements"]) // ctx.widest_row(),
-            int(self.params["wide_work"]) // ctx.row_work,
+        p = self.params
+        return self.ctx.big_batch_rows(
+            int(p["wide_rows"]), int(p["wide_elements"]), int(p["wide_work"])
         )
 
     def _second_call_of(self, trial: Trial, inputs: dict, other: dict, lead, batch: str) -> None:
         """:meth:`_second_call` on ``inputs`` then ``other`` (CPU, lead ``lead``);
-        ``batch`` names the batch in a finding, and there (the wide batch) the forwards
-        once more on the first call's very tensors refilled with ``other``'s values."""
+        ``batch`` names the batch in a finding. (A result kept by the inputs' address
+        through a refill in place is ``contract``'s: its wide-batch refill.)"""
         upstream = self.ctx.upstream(trial.seed, lead, salt="second") if self.ctx.grad else []
         # inference: None for the backward; True: a rollout's (no autograd, no version
         # counters, where a kernel may reuse more)
@@ -132,8 +130,6 @@ class Integrity(Check):
                     )
             for given, dev in zip((inputs, other), handed):
                 self.problems += integrity_problems(given, dev, [], f"{phase}{batch}")
-            if batch and inference is not None:
-                self._refilled_call(phase, inference, handed[0], other, second, batch)
 
     def _results(self, dev: dict, inference: bool | None, upstream: list) -> list:
         """A forward call's outputs (``inference``: under inference_mode), or (None) a
@@ -142,23 +138,6 @@ class Integrity(Check):
             return self.ctx.call(dev, inference)
         outs, grads = self.ctx.call_backward(dev, upstream)
         return list(outs) + list(grads.values())
-
-    def _refilled_call(self, phase: str, inference: bool, dev: dict, other: dict, want, batch):
-        """The forward again on ``dev`` (the first call's tensors) refilled in place with
-        ``other``'s values (through ``.data``: no version bump, as a static input buffer
-        is refilled): its results must have the bits of ``want`` (the call on ``other``'s).
-        A kernel that keeps a big batch's result by its inputs' address returns the old."""
-        want = [bits(r.detach().cpu()).clone() for r in want]
-        for k, v in dev.items():
-            v.data.copy_(other[k].to(v.device))
-        again = self.ctx.call(dev, inference)
-        for i, (r, was) in enumerate(zip(again, want)):
-            if r.shape != was.shape or not bool((bits(r.detach().cpu()) == was).all()):
-                self.problems.append(
-                    f"{phase} result {i}{batch} of a call on inputs refilled in place with the "
-                    "next call's values differs from that call's (a result kept by the inputs' "
-                    "address; or the call is not deterministic: see determinism)"
-                )
 
     def _edge_inputs(self, trial: Trial, plant: bool = True) -> tuple[dict, tuple[int, ...]]:
         op, nlead = self.ctx.op, len(self.ctx.lead)

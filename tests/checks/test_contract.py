@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from kernelcheck import api
-from kernelcheck.checks.contract import MUST_RAISE_ROWS, TRAINING_ROWS, WIDE_BATCH_ROWS
+from kernelcheck.checks.contract import (
+    MUST_RAISE_HUGE_ELEMENTS,
+    MUST_RAISE_ROWS,
+    TRAINING_ROWS,
+    WIDE_BATCH_ROWS,
+)
 from tests.conftest import FIXTURES, SPECS, run_one, run_small, with_candidate, with_op_candidate
 
 SHAPE = {"batch": 8, "vocab": 257}
@@ -139,6 +144,12 @@ def test_a_contract_layout_or_call_that_the_grid_never_makes_fails(catalog, bug,
             for rows in (512, 8192)
         ],
         (
+            "ratio_kl",
+            "broken_ratio_kl:range_check_skipped_past_2_26_logits",
+            "action_ids=-100 at an active position (attention_mask true) in a batch of "
+            f"{MUST_RAISE_HUGE_ELEMENTS // 257 + 1} rows did not raise",
+        ),
+        (
             "logp",
             "broken_logp:rows_walked_by_one_pitch_past_2_24",
             f"shifted-token view in a wide batch of {WIDE_BATCH_ROWS} rows: output 'logp' differs",
@@ -157,7 +168,8 @@ def test_a_path_taken_past_a_row_count_fails_the_training_batchs_probes(catalog,
     check (a host sync; a round-23 one's from 8,192 rows). The layout probes at 4,096
     rows and the must-raise ones at 65,537 fail them; the honest ones pass, at the grid's
     first shape. Round-23 ones' from 2^24 elements (logp's pitch walk; a swiglu writing
-    its result over the gate half of one gate_up buffer) fail the wide batch's views."""
+    its result over the gate half of one gate_up buffer) fail the wide batch's views; a
+    round-24 one's range check skipped past 2^26 logits, the must-raise huge batch."""
     shape = dict(catalog.ops[op].grid.shapes[0])
     res = run_one(with_op_candidate(catalog, op, "bug", bug), op, "bug", "contract", "fp32", shape)
     assert res.status == "fail", res.message
@@ -205,6 +217,19 @@ def test_a_nan_read_as_masked_or_a_default_dtype_accumulator_fails(catalog, op, 
     assert res.status == "fail", res.message
     assert says in res.message, res.message
     honest = run_one(catalog, op, "torch", "contract", "fp32", shape)
+    assert honest.status == "pass", honest.message
+
+
+def test_squares_in_the_autocast_dtype_fail_under_fp16_autocast(catalog):
+    """A round-24 red team's rms_norm: under autocast, with x already in its dtype, the
+    squares taken in that dtype. bf16 holds them, so the bf16-only autocast probe passed
+    it; under fp16 autocast the scaled rows (x64, past 256) zero their outputs."""
+    cat = with_op_candidate(catalog, "rms_norm", "bug", "broken_rms_norm:squares_in_autocast_dtype")
+    shape = {"batch": 8, "hidden": 2048}
+    res = run_one(cat, "rms_norm", "bug", "contract", "fp16", shape)
+    assert res.status == "fail", res.message
+    assert "under torch.autocast('cpu', fp16), x x64: output 'y'" in res.message, res.message
+    honest = run_one(catalog, "rms_norm", "torch", "contract", "fp16", shape)
     assert honest.status == "pass", honest.message
 
 

@@ -77,6 +77,9 @@ PLANTED_BUGS = [
     ("ring-of-two-workspaces", "contract", "fp32", "9 calls in flight"),
     # one workspace per pipeline stage: a ninth micro-batch in flight overwrites the first's
     ("ring-of-eight-workspaces", "contract", "fp32", "call 1's gradient"),
+    # 17 or 33 micro-batches in flight (a round-24 red team's swiglu kept a ring of 16)
+    ("ring-of-sixteen-workspaces", "contract", "fp32", "33 calls of 2 rows in flight"),
+    ("ring-of-thirty-two-workspaces", "contract", "fp32", "call 1's gradient"),
     # [s, b, h] activations seen as [b, s, h]: dense, not contiguous
     ("dense-memory-order", "contract", "fp32", "lead dims permuted"),
     # .backward() over two micro-batches, as a training loop accumulates
