@@ -29,8 +29,9 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   shapes reach;
 - hot shapes: each residue shape past ``SWEEP_BASE`` (every residue mod ``HOT_RESIDUES``,
   128) is called 32, 64, 128 or 256 more times (:func:`hot_calls`), and 8,191
-  (``LONG_HOT_SIZE``) 2,048 more, on the same inputs, then the backward (with grad)
-  ``HOT_BACKWARD_CALLS`` (32) more times (8,191: 2,048); each call whose bits differ from
+  (``LONG_HOT_SIZE``) and 8,320 (``ALIGNED_HOT_SIZE``) 2,048 more, on the same inputs,
+  then the backward (with grad) ``HOT_BACKWARD_CALLS`` (32) more times (8,191: 2,048);
+  each call whose bits differ from
   the first's is judged like it (``checks/repeated_calls.py``): a kernel cache that
   specialises a shape after some calls (a tracing JIT, a CUDA graph captured after
   warm-up, an autotuner trying configurations) runs other code from then on, with tails
@@ -180,6 +181,11 @@ HOT_CALLS = (32, 64, 128, 256)
 # shapes floors its count of 4,096-column tiles) shows nowhere a shape is called 257
 # times. Each call's bits compared: 0.2 ms (logp) to 1 ms (entropy) a call here
 LONG_HOT_SIZE = (1 << 13) - 1
+# and 2^13 + 2^7 (8,320), forward only: a multiple of 128 (a real vocabulary's alignment,
+# Qwen3's 151,936 among them: the hot path a kernel keeps for aligned rows) with a tail
+# of 128 in every tile from 256 to 8,192 (a round-24 red team's hot path for 128-aligned
+# vocabularies floors its 4,096-column tiles, which 8,191 never takes)
+ALIGNED_HOT_SIZE = (1 << 13) + (1 << 7)
 LONG_HOT_CALLS = 2048
 # a hot shape's repeated backward calls, at most (LONG_HOT_SIZE's all of LONG_HOT_CALLS):
 # a backward autotuner tries its configurations in a shape's first calls, and a backward
@@ -260,13 +266,13 @@ def tiled_base(largest: int | None = None) -> int:
 
 def sweep_sizes(dim: str = "", largest: int | None = None, residues: bool = True) -> list[int]:
     """The reduced-dim sizes, ascending: 1..16, every residue mod 128 past SWEEP_BASE, mod 64
-    past the tiled base, each 2^j from 64 past it and past WIDE_TILED_BASE (unless not
-    ``residues``), 2^k - 1, 2^k, 2^k + 1 for k =
+    past the tiled base, each 2^j from 64 past it and past WIDE_TILED_BASE, ALIGNED_HOT_SIZE
+    (unless not ``residues``), 2^k - 1, 2^k, 2^k + 1 for k =
     1..MAX_POWER, ODD_FACTORS x 2^k; MODEL_VOCABS too for ``dim`` VOCAB_DIM; none past
     ``largest`` (a spec's ``sweep_max``)."""
     sizes = set(range(1, SMALL_SIZES + 1)) | (set(MODEL_VOCABS) if dim == VOCAB_DIM else set())
     if residues:
-        sizes |= {SWEEP_BASE + r for r in range(HOT_RESIDUES)}
+        sizes |= {SWEEP_BASE + r for r in range(HOT_RESIDUES)} | {ALIGNED_HOT_SIZE}
         sizes |= {tiled_base(largest) + r for r in range(RESIDUES)}
         for base in (tiled_base(largest), WIDE_TILED_BASE):
             sizes |= {base + (1 << j) for j in range(6, base.bit_length() - 2)}
@@ -448,11 +454,12 @@ def hot_calls(label: str) -> int:
     judging each call whose bits differ from the first's, 0 for none: each residue mod
     HOT_RESIDUES past SWEEP_BASE, small rows whose extra calls cost little, one of
     HOT_CALLS by the residue's count of set bits, so every class of residues mod 16 (and
-    the upper half mod 128) meets each; LONG_HOT_SIZE, LONG_HOT_CALLS."""
+    the upper half mod 128) meets each; LONG_HOT_SIZE and ALIGNED_HOT_SIZE,
+    LONG_HOT_CALLS."""
     dim, sep, size = label.partition("=")
     if not sep or " " in dim:
         return 0
-    if int(size) == LONG_HOT_SIZE:
+    if int(size) in (LONG_HOT_SIZE, ALIGNED_HOT_SIZE):
         return LONG_HOT_CALLS
     residue = int(size) - SWEEP_BASE
     if not 0 <= residue < HOT_RESIDUES:

@@ -13,6 +13,7 @@ from kernelcheck import api
 from kernelcheck.cases.mirrored import PAGE_ELEMENTS_16, mirroring_available
 from kernelcheck.checks.far_rows import JUDGED
 from kernelcheck.checks.shape_sweep import (
+    ALIGNED_HOT_SIZE,
     HOT_BACKWARD_CALLS,
     HOT_CALLS,
     LONG_HOT_CALLS,
@@ -265,13 +266,22 @@ def _calls_of(name: str) -> dict:
     return calls
 
 
-def test_a_path_for_shapes_called_over_1000_times_fails_past_its_1000th_call(catalog):
+@pytest.mark.parametrize(
+    ("bug", "long_hot"),
+    [
+        ("hot_shape_tiles_floored_after_1000", LONG_HOT_SIZE),
+        ("aligned_hot_shape_tiles_floored_after_1000", ALIGNED_HOT_SIZE),
+    ],
+)
+def test_a_path_for_shapes_called_over_1000_times_fails_past_its_1000th_call(
+    catalog, bug, long_hot
+):
     """Round 18's logp: a path for a shape's calls past the 1,000th, its 4,096-column tiles
-    counted with a floor, passed every check (the hot shapes had 257 calls at most)."""
-    cat = with_candidate(catalog, "bug", "scale_bugs:hot_shape_tiles_floored_after_1000")
-    calls = _calls_of("hot_shape_tiles_floored_after_1000")
+    counted with a floor, passed every check (the hot shapes had 257 calls at most); round
+    24's took it at 128-aligned vocabularies only, which 8,191 is not."""
+    cat = with_candidate(catalog, "bug", f"scale_bugs:{bug}")
+    calls = _calls_of(bug)
     res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
-    long_hot = LONG_HOT_SIZE
     assert res.status == "fail", res.message
     # its 1,001st call of the shape: the backward's judge made one with grad
     at = f"at vocab={long_hot}, forward call 1000 of {LONG_HOT_CALLS + 1} "
@@ -303,7 +313,7 @@ def test_a_backward_autotuners_broken_trial_configuration_fails_on_its_one_call(
 
 def test_each_hot_call_count_meets_every_residue_class_mod_16_and_the_upper_half_mod_128():
     hot = {size: hot_calls(f"vocab={size}") for size in sweep_sizes("vocab")}
-    assert {s for s, n in hot.items() if n} == {*range(256, 384), LONG_HOT_SIZE}
+    assert {s for s, n in hot.items() if n} == {*range(256, 384), LONG_HOT_SIZE, ALIGNED_HOT_SIZE}
     for calls in HOT_CALLS:
         sizes = [s for s, n in hot.items() if n == calls]
         assert sizes and max(sizes) < 384, calls
@@ -313,6 +323,7 @@ def test_each_hot_call_count_meets_every_residue_class_mod_16_and_the_upper_half
     assert hot_calls(f"vocab={LONG_HOT_SIZE}") == LONG_HOT_CALLS
     # the backward's: all of them at the long row, at most HOT_BACKWARD_CALLS elsewhere
     assert hot_backward_calls(f"vocab={LONG_HOT_SIZE}") == LONG_HOT_CALLS
+    assert hot_calls(f"vocab={ALIGNED_HOT_SIZE}") == LONG_HOT_CALLS
     assert {hot_backward_calls(f"vocab={s}") for s in hot if s != LONG_HOT_SIZE} == {
         0,
         min(HOT_CALLS),
