@@ -27,7 +27,7 @@ from kernelcheck.checks.threads import torch_threads
 from kernelcheck.fresh_memory import poisoned_allocations
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.poison import poison_cached_device_memory
-from kernelcheck.runner.pristine import PristineProcesses, spawned
+from kernelcheck.runner.pristine import PristineProcesses, private_module_dir, spawned
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.imports import ImportPathError, resolve
 from kernelcheck.spec.model import OpSpec
@@ -284,6 +284,11 @@ def run_prepared(op: OpSpec, case: Case, options: RunOptions, program, *args):
     with torch_threads(case.threads) if case.threads is not None else nullcontext():
         poison_cached_device_memory(case.device)  # CUDA: the cache's free blocks read NaN
         unshared = replace(options, shared_dir=None)
+        cand = op.candidates[case.candidate]
+        home = private_module_dir(cand.base_dir, cand.callable)
+        if home != cand.base_dir:  # the candidate's module from this process's own copy
+            cand = replace(cand, source=home / cand.source.name)
+            op = replace(op, candidates={**op.candidates, case.candidate: cand})
         prepared = prepare_case(op, case, unshared, no_progress, PhaseClock())
         if prepared.ctx is None:
             raise RuntimeError(f"the case did not prepare again: {prepared.refusal.message}")

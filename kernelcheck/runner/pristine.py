@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from pathlib import Path
 
 from kernelcheck.runner.channel import Channel
 
@@ -155,6 +156,7 @@ def _zygote(requests_fd: int, replies_fd: int) -> None:
             code = 1
             try:
                 die_with_parent()
+                _own_root(caches)
                 point_kernel_caches(caches)
                 _serve_one(Channel(requests_fd, replies_fd, exact=True))
                 code = 0
@@ -214,6 +216,56 @@ def point_kernel_caches(root: str) -> None:
     call chooses as a first process's would, whatever earlier ones stored."""
     for name in KERNEL_CACHE_VARIABLES:
         os.environ[name] = os.path.join(root, name.lower())
+
+
+# this pristine process's own empty directory (None outside one): its kernel caches and
+# its private copy of the candidate's module
+_private_root: str | None = None
+# a candidate package bigger than this is imported from where it is (not copied)
+MODULE_COPY_BYTES = 256 << 20
+
+
+def private_module_dir(base_dir: Path, import_path: str) -> Path:
+    """In a pristine process, where its candidate's module (``import_path``'s top module,
+    a file or a package in ``base_dir``, a spec's folder) is imported from: a private
+    copy of it, beside links to every other visible entry of ``base_dir`` (the modules,
+    libraries and data it reads), hidden ones (dot-files) left out. A kernel that keeps
+    a choice in a file beside its module (``.tune.json``) makes every later process
+    agree with the first one's; here each pristine process starts without it and
+    writes only to its copy. Elsewhere (or for a module not in ``base_dir``, or one too
+    big to copy) ``base_dir`` itself."""
+    top = import_path.partition(":")[0].split(".")[0]
+    module = next((p for p in (base_dir / f"{top}.py", base_dir / top) if p.exists()), None)
+    if _private_root is None or module is None:
+        return base_dir
+    if module.is_dir() and _tree_bytes(module) > MODULE_COPY_BYTES:
+        return base_dir
+    home = Path(_private_root) / "candidate"
+    home.mkdir(exist_ok=True)
+    for entry in base_dir.iterdir():
+        if entry.name.startswith(".") or entry.name == "__pycache__":
+            continue  # hidden: state a kernel keeps beside its module, bytecode
+        if entry == module and entry.is_dir():
+            shutil.copytree(
+                entry, home / entry.name, ignore=shutil.ignore_patterns(".*", "__pycache__")
+            )
+        elif entry == module:
+            shutil.copy2(entry, home / entry.name)
+        elif not (home / entry.name).exists():
+            (home / entry.name).symlink_to(entry)
+    return home
+
+
+def _own_root(root: str) -> None:
+    """This pristine process's directory, set where ``private_module_dir`` reads it: in
+    the imported module (a zygote run as ``python -m`` runs this file as ``__main__``)."""
+    from kernelcheck.runner import pristine
+
+    pristine._private_root = root
+
+
+def _tree_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
 _spawned: PristineProcesses | None = None

@@ -157,6 +157,63 @@ def test_weight_gradient_atomics_from_2048_tokens_fail_at_the_grids_real_hidden_
     assert honest.status == "pass", honest.message
 
 
+# a logp whose row split is tuned at its process's first call (a row alone: 4 slices; a
+# batch: none) and kept in a hidden file beside its module (a round-24 red team's entropy)
+SPLIT_KEPT_BESIDE_MODULE = """
+import json, os
+import torch
+from kernelcheck.candidates.torch_logp import logp as honest
+
+_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".split.json")
+_SPLIT = {}
+
+
+def logp(logits, target):
+    vocab = logits.shape[-1]
+    key = f"{vocab}:{logits.dtype}"
+    if key not in _SPLIT:
+        try:
+            with open(_FILE) as f:
+                table = json.load(f)
+        except (OSError, ValueError):
+            table = {}
+        if key not in table:
+            table[key] = 4 if logits.numel() // max(vocab, 1) == 1 else 1
+            with open(_FILE, "w") as f:
+                json.dump(table, f)
+        _SPLIT[key] = table[key]
+    if _SPLIT[key] == 1:
+        return honest(logits, target)
+    x = logits.float()
+    parts = [torch.logsumexp(c, -1) for c in x.chunk(4, -1)]
+    lse = torch.logsumexp(torch.stack(parts, -1), -1)
+    valid = (target >= 0) & (target < vocab)
+    safe = torch.where(valid, target, torch.zeros_like(target)).long()
+    sel = x.gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    return torch.where(valid, sel - lse, torch.zeros_like(lse))
+"""
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_choice_kept_beside_the_module_fails_in_a_pristine_process(catalog, tmp_path, isolate):
+    """A choice fixed at the first call and kept in a hidden file beside the candidate's
+    module: the case process writes it, and pristine processes import the module from a
+    private copy of its folder without it, so a rollout-first process chooses afresh."""
+    from dataclasses import replace
+
+    from kernelcheck.spec.model import CandidateSpec
+
+    (tmp_path / "split_beside.py").write_text(SPLIT_KEPT_BESIDE_MODULE)
+    cand = CandidateSpec("bug", "split_beside:logp", ("cpu",), tmp_path / "spec.toml")
+    op = catalog.ops["logp"]
+    ops = {**catalog.ops, "logp": replace(op, candidates={**op.candidates, "bug": cand})}
+    cat = replace(catalog, ops=ops)
+    res = run_small(cat, "bug", ["determinism"], seeds=[0], isolate=isolate)["determinism"]
+    assert res.status == "fail", res.message
+    assert "pristine process" in res.message and "(1, 1)" in res.message, res.message
+    assert (tmp_path / ".split.json").exists(), "the case process kept its choice there"
+
+
 def test_a_choice_cached_on_disk_fails_in_a_pristine_process(catalog, tmp_path, monkeypatch):
     """The first process's choice kept in Triton's cache directory: every later process
     reads it, so pristine processes start with empty kernel caches of their own."""
