@@ -101,6 +101,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import NamedTuple
 
 from kernelcheck import dtypes
 from kernelcheck.cases.grid import at_first_dtype, lead_sizes, swept_widths
@@ -223,7 +224,7 @@ JUDGES: tuple[type[Check], ...] = (
 SWEEP_FLOOR_ULP = 16
 # frozen grad inputs are another path, not another size, and a training batch is
 # another batch: each judged once per case, not here (but the frozen calls at the wide
-# batches: wide_batch_labels)
+# batches: WideBatch)
 SWEEP_PARAMS = {
     BackwardAccuracy.name: {"frozen_inputs": False},
     # the edges row's outputs, the floor in ulps of its inputs too: a row's one output
@@ -410,9 +411,24 @@ def joint_shape(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
     return [(label, {**lead_sizes(op, rows), **sizes})]
 
 
+class SweptShape(NamedTuple):
+    """One swept shape: its label (``vocab=257``) and its sizes."""
+
+    label: str
+    sizes: dict[str, int]
+
+
+class WideBatch(SweptShape):
+    """A wide batch: where the sweep judges the backward with each grad input alone too
+    (a weight-only backward of a frozen input, a LoRA model's first norm, may block its
+    rows per program past 1,024 rows and drop the tail: a round-23 red team's rms_norm)."""
+
+    __slots__ = ()
+
+
 def wide_batches(
     op: OpSpec, inner: dict[str, int], widest_only: bool = False, elements: int = WIDE_ELEMENTS
-) -> list[tuple[str, dict[str, int]]]:
+) -> list[WideBatch]:
     """(label, sizes) of the wide batches: each inner dim at 2^k + 1 (k in WIDE_POWERS)
     and at its widest swept size (``widest_only``: there alone), with ``elements`` worth
     of rows (within WIDE_ROWS), the other inner dims as in the sweep."""
@@ -424,20 +440,9 @@ def wide_batches(
         picks = sorted({s for s in sizes if s in powers} | {sizes[-1]})
         for size in picks:
             rows = min(max(elements // size, WIDE_ROWS[0]), WIDE_ROWS[1])
-            shapes.append(
-                (f"{rows} rows at {dim}={size}", {**lead_sizes(op, rows), **others, dim: size})
-            )
+            label = f"{rows} rows at {dim}={size}"
+            shapes.append(WideBatch(label, {**lead_sizes(op, rows), **others, dim: size}))
     return shapes
-
-
-def wide_batch_labels(op: OpSpec) -> set[str]:
-    """The labels of the wide batches among :func:`sweep_shapes`' shapes: where the
-    backward is judged with each grad input alone too (a weight-only backward of a frozen
-    input, a LoRA model's first norm, may block its rows per program past 1,024 rows and
-    drop the tail: a round-23 red team's rms_norm)."""
-    if not op.lead:
-        return set()
-    return {label for label, _ in wide_batches(op, {d: op.dims[d].default for d in swept_dims(op)})}
 
 
 def hot_backward_calls(label: str) -> int:
@@ -545,14 +550,14 @@ class ShapeSweep(Check):
         rows = max(3, len(parts_of(dist)))
         full = not self.ctx.op.off_grid(self.ctx.case.attributes)  # an attribute sweep: edges
         narrow = self.ctx.case.dtype == narrowest_dtype(self.ctx.op)
-        wide = wide_batch_labels(self.ctx.op)
-        for label, sizes in sweep_shapes(self.ctx.op, rows, full, self._wider_than(full)):
+        for shape in sweep_shapes(self.ctx.op, rows, full, self._wider_than(full)):
             if self.failed is not None:
                 return
+            label, sizes = shape
             self.progress(label)
             self.shapes += 1
             hot = hot_calls(label) if full else 0
-            self._judge(trial.seed, dist, label, sizes, hot, frozen=label in wide)
+            self._judge(trial.seed, dist, label, sizes, hot, frozen=isinstance(shape, WideBatch))
         narrowest = full and narrow
         if self.failed is None and swept_dims(self.ctx.op) and self._far_rows_here(full):
             rows = WIDE_BLOCK_ROWS if narrowest else LONG_ROWS

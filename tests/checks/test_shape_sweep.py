@@ -22,6 +22,7 @@ from kernelcheck.checks.shape_sweep import (
     TILED_BASE,
     WIDE_ELEMENTS,
     WIDE_ROWS,
+    WideBatch,
     hot_backward_calls,
     hot_calls,
     huge_rows_shape,
@@ -95,8 +96,12 @@ def test_every_inner_dim_gets_wide_batches_of_many_rows(catalog):
                 rows = sizes[op.lead[0]]
                 assert WIDE_ROWS[0] <= rows <= WIDE_ROWS[1]
                 assert rows == WIDE_ROWS[0] or rows * size <= WIDE_ELEMENTS or rows == WIDE_ROWS[1]
+        # the sweep's wide batches, and only they, marked as such (judged frozen too)
         assert [s for _, s in wide] == [
-            s for label, s in sweep_shapes(op, 3) if " rows at " in label
+            shape.sizes for shape in sweep_shapes(op, 3) if isinstance(shape, WideBatch)
+        ]
+        assert [s for label, s in sweep_shapes(op, 3) if " rows at " in label] == [
+            s for _, s in wide
         ]
         assert any(s[op.lead[0]] >= 2048 and 16385 in s.values() for _, s in wide), name
 
@@ -141,7 +146,8 @@ def test_a_weight_only_backward_dropping_tail_rows_fails_at_a_wide_batch(catalog
     from kernelcheck.checks import shape_sweep
 
     swept = shape_sweep.sweep_shapes
-    wide = lambda *a, **k: [(n, s) for n, s in swept(*a, **k) if " rows at " in n]  # noqa: E731
+    batch = shape_sweep.WideBatch
+    wide = lambda *a, **k: [s for s in swept(*a, **k) if isinstance(s, batch)]  # noqa: E731
     monkeypatch.setattr(shape_sweep, "sweep_shapes", wide)
     monkeypatch.setattr(shape_sweep.ShapeSweep, "_far_rows_here", lambda self, full: False)
     monkeypatch.setattr(shape_sweep, "widest_batches", lambda op: [])
@@ -593,7 +599,8 @@ def test_where_the_honest_reference_misses_the_contract_the_precision_rule_judge
         assert honest.metrics.get(f"{judge}_max_abs", 0) < 1e-7, honest.metrics
     # the wide batch alone (hidden=1's exact reference meets the contract: failed by it)
     swept = shape_sweep.sweep_shapes
-    wide = lambda *a, **k: [(n, s) for n, s in swept(*a, **k) if " rows at " in n]  # noqa: E731
+    batch = shape_sweep.WideBatch
+    wide = lambda *a, **k: [s for s in swept(*a, **k) if isinstance(s, batch)]  # noqa: E731
     monkeypatch.setattr(shape_sweep, "sweep_shapes", wide)
     lossy = run_one(cat, "log_softmax", "lossy", "shape_sweep", "fp32", shape, seeds=[0])
     assert lossy.status == "fail", lossy.message
