@@ -1141,7 +1141,7 @@ class Contract(Check):
         rows = [("", head)] + ([(f", {', '.join(names)} x{factor:g}", big)] if names else [])
         for amp in (torch.bfloat16, torch.float16):
             for scaled, inputs in rows:
-                label = f"under torch.autocast({kind!r}, {dtypes.short_name(amp)}){scaled}"
+                label = f"under torch.autocast({kind!r}, {str(amp).removeprefix('torch.')}){scaled}"
                 pairs = self._value_pairs(
                     trial,
                     ctx.to_device(inputs),

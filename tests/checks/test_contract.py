@@ -228,7 +228,7 @@ def test_squares_in_the_autocast_dtype_fail_under_fp16_autocast(catalog):
     shape = {"batch": 8, "hidden": 2048}
     res = run_one(cat, "rms_norm", "bug", "contract", "fp16", shape)
     assert res.status == "fail", res.message
-    assert "under torch.autocast('cpu', fp16), x x64: output 'y'" in res.message, res.message
+    assert "under torch.autocast('cpu', float16), x x64: output 'y'" in res.message, res.message
     honest = run_one(catalog, "rms_norm", "torch", "contract", "fp16", shape)
     assert honest.status == "pass", honest.message
 
