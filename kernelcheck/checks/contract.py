@@ -463,9 +463,10 @@ class Contract(Check):
         the trial's first rows, in a packed batch of up to PACKED_ROWS rows (within
         PACKED_ELEMENTS products of a row's dims, at least the head's), and, in the cases
         of :meth:`_big_batch_rows`, in one of up to 65,537 rows: every position active
-        (the rule's mask all true: sequence packing leaves no padding). A kernel may take
-        a fast path for an all-true mask or many rows that skips the masked selects and
-        its range check (a host sync)."""
+        (the rule's mask all true: sequence packing leaves no padding), and in the first
+        dtype at a huge batch past ``must_raise_huge_elements`` (:meth:`_huge_must_raise_rows`).
+        A kernel may take a fast path for an all-true mask or many rows that skips the
+        masked selects and its range check (a host sync)."""
         rule = self.ctx.op.must_raise
         if rule is None:
             return
@@ -1877,17 +1878,14 @@ class Contract(Check):
         :meth:`_calls_in_flight`' nine calls never wrap, gives an early call another's."""
         if not self.ctx.grad:
             return
-        ctx, op = self.ctx, self.ctx.op
+        ctx = self.ctx
         head, lead = self._head(trial)
         rows = (min(MANY_IN_FLIGHT_ROWS, lead[0]),)
-        batches, upstreams = [], []
-        for j in range(MANY_IN_FLIGHT):
-            salt = f"call {j + 1} of many in flight"
-            drawn = ctx.draw(trial.seed, trial.distribution, lead=rows, salt=salt)
-            batches.append(
-                {k: drawn[k] if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
-            )
-            upstreams.append(ctx.upstream(trial.seed, rows, salt=salt))
+        fresh = [
+            self._fresh_batch(trial, head, rows, f"call {j + 1} of many in flight")
+            for j in range(MANY_IN_FLIGHT)
+        ]
+        batches, upstreams = [b for b, _ in fresh], [u for _, u in fresh]
         want = [ctx.call_backward(ctx.to_device(b), u)[1] for b, u in zip(batches, upstreams)]
         flight = [ctx.forward_with_grad(ctx.to_device(b), u) for b, u in zip(batches, upstreams)]
         label = (
@@ -1957,12 +1955,18 @@ class Contract(Check):
         ]
         upstreams = [[f(u) if u.dim() else u for u in ups] for f in orders[:n]]
         for j in range(len(orders), n):
-            salt = f"call {j + 1} in flight"
-            drawn = ctx.draw(trial.seed, trial.distribution, lead=lead, salt=salt)
-            row_wise = {k: op.is_row_wise(op.input(k)) for k in head}
-            batches.append({k: drawn[k] if row_wise[k] else v for k, v in head.items()})
-            upstreams.append(ctx.upstream(trial.seed, lead, salt=salt))
+            batch, ups = self._fresh_batch(trial, head, lead, f"call {j + 1} in flight")
+            batches.append(batch)
+            upstreams.append(ups)
         return batches, upstreams
+
+    def _fresh_batch(self, trial: Trial, head: dict, lead, salt: str) -> tuple[dict, list]:
+        """A batch of ``lead`` rows drawn afresh (``salt``), the shared inputs ``head``'s
+        (one tensor for every call, as a weight is), and its upstream gradients."""
+        ctx, op = self.ctx, self.ctx.op
+        drawn = ctx.draw(trial.seed, trial.distribution, lead=lead, salt=salt)
+        batch = {k: drawn[k] if op.is_row_wise(op.input(k)) else v for k, v in head.items()}
+        return batch, ctx.upstream(trial.seed, lead, salt=salt)
 
     def _accumulated_grads(self, trial: Trial) -> None:
         """Two micro-batches through ``loss.backward()``, each grad input a leaf, the

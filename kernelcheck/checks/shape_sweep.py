@@ -182,10 +182,11 @@ HOT_CALLS = (32, 64, 128, 256)
 # shapes floors its count of 4,096-column tiles) shows nowhere a shape is called 257
 # times. Each call's bits compared: 0.2 ms (logp) to 1 ms (entropy) a call here
 LONG_HOT_SIZE = (1 << 13) - 1
-# and 2^13 + 2^7 (8,320), forward only: a multiple of 128 (a real vocabulary's alignment,
-# Qwen3's 151,936 among them: the hot path a kernel keeps for aligned rows) with a tail
-# of 128 in every tile from 256 to 8,192 (a round-24 red team's hot path for 128-aligned
-# vocabularies floors its 4,096-column tiles, which 8,191 never takes)
+# and 2^13 + 2^7 (8,320), its backward HOT_BACKWARD_CALLS only: a multiple of 128 (a
+# real vocabulary's alignment, Qwen3's 151,936 among them: the hot path a kernel keeps
+# for aligned rows) with a tail of 128 in every tile from 256 to 8,192 (a round-24 red
+# team's hot path for 128-aligned vocabularies floors its 4,096-column tiles, which
+# 8,191 never takes)
 ALIGNED_HOT_SIZE = (1 << 13) + (1 << 7)
 LONG_HOT_CALLS = 2048
 # a hot shape's repeated backward calls, at most (LONG_HOT_SIZE's all of LONG_HOT_CALLS):
