@@ -84,6 +84,10 @@ class CaseContext:
     # backward calls of this case that wrote the upstream gradient handed to them (a
     # model may read that tensor again: PyTorch forbids it); ``integrity`` reports them
     upstream_writes: list[str] = field(default_factory=list)
+    # why pristine processes imported the candidate's module from its own folder, not a
+    # private copy (runner/case.py): files kept beside it were shared; ``determinism``
+    # lists them as not judged
+    shared_module_folder: list[str] = field(default_factory=list)
     _pools: dict = field(default_factory=dict, repr=False)
 
     @property

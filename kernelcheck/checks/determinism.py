@@ -342,6 +342,9 @@ class Determinism(Check):
                 f" first: {self.unconfirmed_first}"
             )
             metrics["not_judged"] = [["pristine processes' first calls", why]]
+        if self.ctx.shared_module_folder:  # a choice kept in a file beside it: unseen
+            why = f"{self.ctx.shared_module_folder[0]}; they imported it from its own folder"
+            metrics.setdefault("not_judged", []).append(["files kept beside the module", why])
         tol = {"mode": "bitwise"}
         if self.first:
             t, what = self.first

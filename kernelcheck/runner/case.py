@@ -27,7 +27,12 @@ from kernelcheck.checks.threads import torch_threads
 from kernelcheck.fresh_memory import poisoned_allocations
 from kernelcheck.results import CheckResult
 from kernelcheck.runner.poison import poison_cached_device_memory
-from kernelcheck.runner.pristine import PristineProcesses, private_module_dir, spawned
+from kernelcheck.runner.pristine import (
+    PristineProcesses,
+    candidate_module,
+    private_module_dir,
+    spawned,
+)
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.imports import ImportPathError, resolve
 from kernelcheck.spec.model import OpSpec
@@ -278,14 +283,15 @@ def prepare_case(op: OpSpec, case: Case, options: RunOptions, progress, clock) -
     return Prepared(ctx, loaded.fn, loaded.implementation)
 
 
-def run_prepared(op: OpSpec, case: Case, options: RunOptions, program, *args):
+def run_prepared(op: OpSpec, case: Case, options: RunOptions, private: bool, program, *args):
     """``program(ctx, *args)`` on the case prepared afresh, in a pristine process: its
-    inputs drawn here (never shared with the case process's store)."""
+    inputs drawn here (never shared with the case process's store); the candidate's
+    module imported from a private copy where ``private`` (``private_module_dir``)."""
     with torch_threads(case.threads) if case.threads is not None else nullcontext():
         poison_cached_device_memory(case.device)  # CUDA: the cache's free blocks read NaN
         unshared = replace(options, shared_dir=None)
         cand = op.candidates[case.candidate]
-        home = private_module_dir(cand.base_dir, cand.callable)
+        home = private_module_dir(cand.base_dir, cand.callable) if private else cand.base_dir
         if home != cand.base_dir:  # the candidate's module from this process's own copy
             cand = replace(cand, source=home / cand.source.name)
             op = replace(op, candidates={**op.candidates, case.candidate: cand})
@@ -308,12 +314,9 @@ def _run_case(op, case, options, progress, clock, pristine) -> Iterator[CheckRes
             yield result(name, prepared.refusal)
         return
 
-    def in_pristine_process(program, *args):
-        zygote = pristine if pristine is not None else spawned()
-        return zygote.run(run_prepared, op, case, options, program, *args)
-
     own = pristine is not None  # only a worker's case process is handed its pristine ones
-    ctx = replace(prepared.ctx, in_pristine_process=in_pristine_process, own_process=own)
+    ctx = replace(prepared.ctx, own_process=own)
+    ctx.in_pristine_process = _pristine_runner(op, case, options, pristine, ctx)
     active: dict[str, Check] = {}
     for name in case.checks:
         check = CHECKS[name](ctx, ctx.op.check_params(name))
@@ -335,6 +338,34 @@ def _run_case(op, case, options, progress, clock, pristine) -> Iterator[CheckRes
                 "error", f"internal error in check {name}: {type(exc).__name__}: {exc}"
             )
         yield result(name, outcome, spent[name])
+
+
+def _pristine_runner(op, case, options, pristine, ctx: CaseContext):
+    """``in_pristine_process(program, *args)`` for the case's checks: each run imports
+    the candidate's module from a private copy of it. A run that fails there is run
+    again in a pristine process that imports it from its own folder (a module that finds
+    its files by its folder's parent, or a link's target, may not load from a copy);
+    where that one succeeds, the case's later runs do the same, and the context's
+    ``shared_module_folder`` says why: files kept beside the module went unchecked."""
+    cand = op.candidates[case.candidate]
+    private = [candidate_module(cand.base_dir, cand.callable) is not None]
+
+    def in_pristine_process(program, *args):
+        zygote = pristine if pristine is not None else spawned()
+        if not private[0]:
+            return zygote.run(run_prepared, op, case, options, False, program, *args)
+        try:
+            return zygote.run(run_prepared, op, case, options, True, program, *args)
+        except (CandidateFault, RuntimeError) as exc:
+            if zygote.broken:
+                raise
+            value = zygote.run(run_prepared, op, case, options, False, program, *args)
+            private[0] = False
+            why = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            ctx.shared_module_folder.append(f"the module's private copy failed: {why}")
+            return value
+
+    return in_pristine_process
 
 
 def _grad_switch(op: OpSpec, cand, options: RunOptions) -> tuple[bool, str]:

@@ -225,17 +225,29 @@ _private_root: str | None = None
 MODULE_COPY_BYTES = 256 << 20
 
 
+def candidate_module(base_dir: Path, import_path: str) -> Path | None:
+    """The file or package in ``base_dir`` that ``import_path``'s top module is imported
+    from, as Python's path finder picks it (a package before a module of its name, a
+    folder without ``__init__`` only when there is no module); None: not in ``base_dir``."""
+    top = base_dir / import_path.partition(":")[0].split(".")[0]
+    if (top / "__init__.py").is_file():
+        return top
+    if top.with_name(f"{top.name}.py").is_file():
+        return top.with_name(f"{top.name}.py")
+    return top if top.is_dir() else None
+
+
 def private_module_dir(base_dir: Path, import_path: str) -> Path:
-    """In a pristine process, where its candidate's module (``import_path``'s top module,
-    a file or a package in ``base_dir``, a spec's folder) is imported from: a private
-    copy of it, beside links to every other visible entry of ``base_dir`` (the modules,
-    libraries and data it reads), hidden ones (dot-files) left out. A kernel that keeps
-    a choice in a file beside its module (``.tune.json``) makes every later process
-    agree with the first one's; here each pristine process starts without it and
-    writes only to its copy. Elsewhere (or for a module not in ``base_dir``, or one too
-    big to copy) ``base_dir`` itself."""
-    top = import_path.partition(":")[0].split(".")[0]
-    module = next((p for p in (base_dir / f"{top}.py", base_dir / top) if p.exists()), None)
+    """In a pristine process, where its candidate's module (``candidate_module``) is
+    imported from: a private copy of it, beside links to every other visible entry of
+    ``base_dir`` (the modules, libraries and data it reads), hidden ones (dot-files) left
+    out. A kernel that keeps a choice in a file beside its module (``.tune.json``) makes
+    every later process agree with the first one's; here each pristine process starts
+    without it and writes only to its copy. Elsewhere (or for a module not in
+    ``base_dir``, or one too big to copy) ``base_dir`` itself. A module that finds its
+    files by another path (its folder's parent, a link's target) may not load from the
+    copy: the case process then runs again from ``base_dir`` (runner/case.py)."""
+    module = candidate_module(base_dir, import_path)
     if _private_root is None or module is None:
         return base_dir
     if module.is_dir() and _tree_bytes(module) > MODULE_COPY_BYTES:
@@ -245,15 +257,27 @@ def private_module_dir(base_dir: Path, import_path: str) -> Path:
     for entry in base_dir.iterdir():
         if entry.name.startswith(".") or entry.name == "__pycache__":
             continue  # hidden: state a kernel keeps beside its module, bytecode
-        if entry == module and entry.is_dir():
-            shutil.copytree(
-                entry, home / entry.name, ignore=shutil.ignore_patterns(".*", "__pycache__")
-            )
-        elif entry == module:
-            shutil.copy2(entry, home / entry.name)
+        if entry == module:  # copied, even where it is a link
+            _copy_visible(entry, home / entry.name, follow=True)
         elif not (home / entry.name).exists():
             (home / entry.name).symlink_to(entry)
     return home
+
+
+def _copy_visible(source: Path, target: Path, follow: bool = False) -> None:
+    """A copy of ``source`` (a file or a folder) at ``target``, its hidden entries and
+    bytecode left out; each link inside it (and ``source`` itself unless ``follow``) a
+    link to what the original one reaches (a relative link would reach elsewhere from
+    the copy; a linked library is not copied)."""
+    if source.is_symlink() and not follow:
+        target.symlink_to(source.resolve())
+    elif source.is_dir():
+        target.mkdir()
+        for entry in source.iterdir():
+            if not entry.name.startswith(".") and entry.name != "__pycache__":
+                _copy_visible(entry, target / entry.name)
+    else:
+        shutil.copy2(source, target)
 
 
 def _own_root(root: str) -> None:
@@ -265,7 +289,8 @@ def _own_root(root: str) -> None:
 
 
 def _tree_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    """Bytes in ``folder``'s own files (links not followed: they are not copied)."""
+    return sum(f.lstat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
 
 
 _spawned: PristineProcesses | None = None

@@ -214,6 +214,50 @@ def test_a_choice_kept_beside_the_module_fails_in_a_pristine_process(catalog, tm
     assert (tmp_path / ".split.json").exists(), "the case process kept its choice there"
 
 
+# an honest logp that reads a file by its real folder's parent (a checkout's
+# ``kernels/``), as a module loading its library by ``Path(__file__).resolve()`` does
+READS_ITS_FOLDERS_PARENT = """
+from pathlib import Path
+from kernelcheck.candidates.torch_logp import logp as honest
+
+_HOME = Path(__file__).resolve().parent
+_SHIFT = float((_HOME.parent / "data" / "shift.txt").read_text())
+
+
+def logp(logits, target):
+    return honest(logits + _SHIFT, target)
+"""
+
+
+@pytest.mark.parametrize("linked", [False, True])
+def test_a_module_that_does_not_load_from_a_copy_is_not_failed(catalog, tmp_path, linked):
+    """An honest module that finds its files by its folder's parent (or that is a link
+    into another folder) fails to import from a pristine process's private copy: the
+    pristine runs are made again from its own folder, and the result says that files
+    kept beside it went unchecked, never a determinism error."""
+    from dataclasses import replace
+
+    from kernelcheck.spec.model import CandidateSpec
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "shift.txt").write_text("0.0")
+    source = tmp_path / ("kernels" if linked else "specs") / "by_parent.py"
+    source.parent.mkdir()
+    source.write_text(READS_ITS_FOLDERS_PARENT)
+    specs = tmp_path / "specs"
+    specs.mkdir(exist_ok=True)
+    if linked:  # found beside the linked file: ../data from kernels/ too
+        (specs / "by_parent.py").symlink_to(source)
+    cand = CandidateSpec("honest", "by_parent:logp", ("cpu",), specs / "spec.toml")
+    op = catalog.ops["logp"]
+    ops = {**catalog.ops, "logp": replace(op, candidates={**op.candidates, "honest": cand})}
+    cat = replace(catalog, ops=ops)
+    res = run_small(cat, "honest", ["determinism"], seeds=[0])["determinism"]
+    assert res.status == "pass", res.message
+    unjudged = dict(res.metrics["not_judged"])
+    assert "private copy failed" in unjudged["files kept beside the module"], unjudged
+
+
 def test_a_choice_cached_on_disk_fails_in_a_pristine_process(catalog, tmp_path, monkeypatch):
     """The first process's choice kept in Triton's cache directory: every later process
     reads it, so pristine processes start with empty kernel caches of their own."""

@@ -146,3 +146,39 @@ def test_an_interrupted_run_never_answers_the_next():
         signal.signal(signal.SIGALRM, previous)
     assert zygote.broken and zygote.proc.wait(10) is not None
     assert spawned() is not zygote and spawned().run(count_calls)[1] == 1
+
+
+def test_the_candidates_module_is_found_as_pythons_path_finder_finds_it(tmp_path):
+    """A package before a module of its name, a module before a folder without
+    ``__init__`` (a namespace portion), none where the folder has neither."""
+    from kernelcheck.runner.pristine import candidate_module
+
+    assert candidate_module(tmp_path, "kern:logp") is None
+    (tmp_path / "kern").mkdir()
+    assert candidate_module(tmp_path, "kern.sub:logp") == tmp_path / "kern"
+    (tmp_path / "kern.py").write_text("")
+    assert candidate_module(tmp_path, "kern:logp") == tmp_path / "kern.py"
+    (tmp_path / "kern" / "__init__.py").write_text("")
+    assert candidate_module(tmp_path, "kern:logp") == tmp_path / "kern"
+
+
+def test_a_private_copy_keeps_links_as_links_to_what_they_reach(tmp_path, monkeypatch):
+    """The package is copied without its hidden files; a link inside it (a relative one
+    to a library beside the package) reaches from the copy what it reached before."""
+    from kernelcheck.runner import pristine
+
+    base = tmp_path / "specs"
+    (base / "kern").mkdir(parents=True)
+    (base / "kern" / "__init__.py").write_text("X = 1\n")
+    (base / "kern" / ".tune.json").write_text("{}")
+    (base / "libk.so").write_bytes(b"\0" * 8)
+    (base / "kern" / "lib.so").symlink_to("../libk.so")
+    monkeypatch.setattr(pristine, "_private_root", str(tmp_path / "own"))
+    (tmp_path / "own").mkdir()
+    home = pristine.private_module_dir(base, "kern:logp")
+    assert home == tmp_path / "own" / "candidate"
+    assert (home / "kern" / "__init__.py").read_text() == "X = 1\n"
+    assert not (home / "kern" / "__init__.py").is_symlink()
+    assert not (home / "kern" / ".tune.json").exists()
+    assert (home / "kern" / "lib.so").read_bytes() == b"\0" * 8
+    assert (home / "libk.so").resolve() == base / "libk.so"
