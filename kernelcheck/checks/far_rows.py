@@ -108,6 +108,7 @@ def judge_far_rows(
                 outs = _judged_rows(big, whole, at)
                 body = _first_body_difference(ctx, small, big.lead, whole, small.outputs, "")
                 del whole
+            written = first_input_write(ctx, small, big.lead, inputs, source, "forward call")
             del inputs
             found = _first_failure(ctx, small, rows, _output_pairs(ctx, "", outs, gold))
             if found is not None:
@@ -115,6 +116,8 @@ def judge_far_rows(
             found = _first_bit_difference(ctx, small, rows, outs, small.outputs, "") or body
             if found is not None:
                 return "forward_invariance", found
+            if written is not None:
+                return "integrity", written
         if not backward:
             return None
         nlead = len(small.ctx.lead)
@@ -126,9 +129,13 @@ def judge_far_rows(
                 outs, grads = big.call_backward(inputs, ups, wrt=wrt)
                 body = None if wrt else _body_of_backward(ctx, small, big.lead, outs, grads)
                 judged = {n: _rows_of(big, g, at) for n, g in grads.items()}
-                return _judged_rows(big, outs, at), judged, body
+            if wrt is None:
+                written[0] = first_input_write(ctx, small, big.lead, inputs, source, "backward")
+            return _judged_rows(big, outs, at), judged, body
 
-        return _judge_backward(ctx, small, rows, backward_rows, gold, frozen_call)
+        written: list[Outcome | None] = [None]  # the with-grad call's input writes
+        found = _judge_backward(ctx, small, rows, backward_rows, gold, frozen_call)
+        return found or (None if written[0] is None else ("integrity", written[0]))
     finally:
         small.release()
 
@@ -215,6 +222,41 @@ def _first_body_difference(
             )
             metrics = {"mismatched_rows": count}
             return Outcome("fail", message, metrics, {}, small.seed, small.distribution)
+    return None
+
+
+def first_input_write(
+    ctx: CaseContext, small: Trial, lead: tuple, inputs: dict, source: dict, call: str
+) -> Outcome | None:
+    """The first row-wise input of the batch (``inputs``, after ``call``) whose rows no
+    longer hold the bits of the small draw's rows they copy (``source``: those rows), or
+    None. A kernel may write its result or gradient over an input only past a size (a
+    round-25 red team's swiglu wrote d_gate and d_up into the saved gate and up from 2^26
+    16-bit elements on, where the trial's inputs are never that big); a model reads its
+    activations again. Shared inputs are handed as copies here: ``integrity`` judges them."""
+    nlead, rows = len(small.ctx.lead), math.prod(lead)
+    for name, t in inputs.items():
+        if not ctx.op.is_row_wise(ctx.op.input(name)) or tuple(t.shape[:nlead]) != tuple(lead):
+            continue
+        got = flat_rows(t.detach(), nlead).reshape(rows, -1)
+        mine = source[name].reshape(2 * JUDGED + FILLERS, -1)
+        ends = torch.cat([got[:JUDGED], got[rows - JUDGED :]]).cpu()
+        changed = (bits(ends) != bits(mine[: 2 * JUDGED])).any(-1).nonzero().reshape(-1)
+        body = body_rows_differing(got, bits(mine[2 * JUDGED :]).cpu())
+        if not changed.numel() and body is None:
+            continue
+        count = int(changed.numel()) + (body[1] if body else 0)
+        if changed.numel():
+            r = int(changed[0])
+            row, was = (r, r) if r < JUDGED else (rows - 2 * JUDGED + r, r)
+        else:
+            row, was = JUDGED + body[0], 2 * JUDGED + body[0] % FILLERS
+        detail = first_bit_difference(got[row].cpu(), mine[was])
+        message = (
+            f"the {call} changed input {name!r} in {count} of {rows} rows (a model reads it "
+            f"again); first at row {row}: {detail} [seed {small.seed}, {small.distribution}]"
+        )
+        return Outcome("fail", message, {"written_rows": count}, {}, small.seed, small.distribution)
     return None
 
 

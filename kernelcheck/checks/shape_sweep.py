@@ -64,7 +64,12 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   Judged as the far-rows lead, but mirrored in virtual memory (``cases/mirrored.py``: 4
   GiB read, a few hundred rows held); a call past its memory budget (a third of the
   memory available) is retried forward only, then left unjudged, and the result's
-  ``not_judged`` says so.
+  ``not_judged`` says so. Then, in the same case, one of 2,097,216 rows of 128
+  (``short_rows_shape``: 2^28 elements, in memory, judged as a widest batch): a launcher
+  that packs 32 short rows to a block passes 65,535 blocks there, and a kernel may sum
+  short rows another way past 2^17 of them. After each call of these leads (and the
+  far rows and widest batches) their row-wise inputs must hold the rows they copy
+  (``far_rows.first_input_write``), judged as ``integrity``;
 
 Each shape is judged like ``forward_accuracy`` and ``backward_accuracy`` (the same
 contract tolerance, against the float64 gold), then like ``forward_precision`` and
@@ -170,6 +175,14 @@ HUGE_INNER = 151_936
 # candidate that upcasts its whole input to fp32 (4 GiB) stays within its memory budget
 NARROW_HUGE_INNER = PAGE_ELEMENTS_16
 NARROW_HUGE_ELEMENTS = 1 << 30
+# the short-row huge lead: rows of 128 (a head's QK-norm at Qwen3's head_dim), 2^21 past
+# JUDGED: past 65,535 blocks of 4,096 elements (32 such rows), where a kernel packs many
+# short rows into a block (a round-25 red team's rms_norm, its blocks past grid.y's 65,535
+# spilled to grid.z, never ran block 65,535), and past 2^17 rows, where it may sum short
+# rows another way (another red team's, a bmm past 2^17 rows of 128); 512 MiB of bf16,
+# so placed in memory as it is (a row is not a whole page: not mirrored)
+SHORT_HUGE_INNER = 128
+SHORT_HUGE_ELEMENTS = 1 << 28
 # the residues past SWEEP_BASE: every one mod 128 (a body unrolled by 128, a block of 128
 # lanes), each a hot shape, called one of HOT_CALLS times more, each call whose bits
 # differ from the first's judged; mod RESIDUES past the tiled base
@@ -340,17 +353,26 @@ def huge_rows_shapes(op: OpSpec) -> list[tuple[str, dict[str, int]]]:
     return [s for s in found if s is not None]
 
 
+def short_rows_shape(op: OpSpec) -> tuple[str, dict[str, int]] | None:
+    """The short-row huge lead (:func:`huge_rows_shape` at SHORT_HUGE_INNER, whole pages
+    or not), judged in memory as the far rows are."""
+    why = "past 65,535 blocks of 4,096 elements at short rows"
+    return huge_rows_shape(op, SHORT_HUGE_INNER, SHORT_HUGE_ELEMENTS, why, page=1)
+
+
 def huge_rows_shape(
     op: OpSpec,
     inner_size: int = HUGE_INNER,
     elements: int = HUGE_ELEMENTS,
     why: str = "past 2^31 elements",
+    page: int = PAGE_ELEMENTS_16,
 ) -> tuple[str, dict[str, int]] | None:
     """(label, sizes) of a huge lead: the widest inner dim of the row-wise float inputs
-    at ``inner_size`` (within its ``sweep_max``, a multiple of PAGE_ELEMENTS_16), the others
-    as in the far-rows lead, and enough rows past JUDGED that the last JUDGED rows of the
-    widest row-wise input start past ``elements`` elements; None where no row-wise float
-    input has an inner dim, or its ``sweep_max`` is below PAGE_ELEMENTS_16."""
+    at ``inner_size`` (within its ``sweep_max``, a multiple of ``page``: whole pages of
+    16-bit rows, which mirroring needs), the others as in the far-rows lead, and enough
+    rows past JUDGED that the last JUDGED rows of the widest row-wise input start past
+    ``elements`` elements; None where no row-wise float input has an inner dim, or its
+    ``sweep_max`` is below ``page``."""
     rowwise = [i for i in op.inputs if op.is_row_wise(i) and i.dtype in ("case", "float32")]
     dims = {d for i in rowwise for d in i.shape[len(op.lead) :] if d in op.dims}
     if not op.lead or not dims:
@@ -358,8 +380,8 @@ def huge_rows_shape(
     inner = {d: op.dims[d].default for d in swept_dims(op)}
     widest = max(sorted(dims), key=lambda d: inner.get(d, 0))
     size = min(inner_size, op.dims[widest].sweep_max or inner_size)
-    size -= size % PAGE_ELEMENTS_16
-    if size < PAGE_ELEMENTS_16:
+    size -= size % page
+    if size < page:
         return None
     sizes = {**_other_inner(inner, widest), widest: size}
     per_row = max(math.prod(sizes.get(d, 1) for d in i.shape[len(op.lead) :]) for i in rowwise)
@@ -500,8 +522,8 @@ class ShapeSweep(Check):
         "64 past several, each largest power-of-two divisor past 24,576 and 98,304, "
         "2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
         "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560); "
-        "rows past 2^31 elements at the narrowest dtype; 129 shapes a swept dim called "
-        "33 to 2,049 times, each call whose bits change judged"
+        "rows past 2^31 elements and 2^21 rows of 128 at the narrowest dtype; 129 shapes a "
+        "swept dim called 33 to 2,049 times, each call whose bits change judged"
     )
 
     def __init__(self, ctx, params=None):
@@ -529,7 +551,8 @@ class ShapeSweep(Check):
         if op.lead and (full or case.dtype == narrowest_dtype(op)):
             work = max(work, WIDEST_BATCH_ELEMENTS)
         if narrowest:
-            work = max(work, sum(math.prod(s.values()) for _, s in huge_rows_shapes(op)))
+            huge = [*huge_rows_shapes(op), short_rows_shape(op)]
+            work = max(work, sum(math.prod(s[1].values()) for s in huge if s is not None))
         return work
 
     def skip_reason(self) -> str | None:
@@ -594,10 +617,11 @@ class ShapeSweep(Check):
                 return
 
     def _judge_huge_rows(self, seed: int, dist: str) -> None:
-        """The huge leads (:func:`huge_rows_shapes`), mirrored, each judged at its first and
-        last rows (``checks/huge_rows.py``): with grad where the backward is judged (its
-        outputs too), else, or where that call runs out of its memory budget, forward
-        only; unjudged where that does too, and the result says so."""
+        """The huge leads (:func:`huge_rows_shapes`), mirrored, then the short-row one
+        (:func:`short_rows_shape`), each judged at its first and last rows
+        (``checks/huge_rows.py``) and the rows between by their bits: with grad where the
+        backward is judged (its outputs too), else, or where that call runs out of its
+        memory budget, forward only; unjudged where that does too, and the result says so."""
         if far_rows_unjudged(self.ctx.op) is not None:
             return  # the plan lists it as not checked
         for label, sizes in huge_rows_shapes(self.ctx.op):
@@ -611,6 +635,11 @@ class ShapeSweep(Check):
             self._judge_within_budget(label, where, sizes, seed, dist, mirrored_placement)
             if self.failed is not None:
                 return
+        short = short_rows_shape(self.ctx.op)
+        if short is not None:  # in memory, as a widest batch: its repro is a case of it
+            label, sizes = short
+            self.progress(label)
+            self._judge_within_budget(label, shape_flag(sizes), sizes, seed, dist, placed_rows)
 
     def _judge_within_budget(
         self, label: str, where: str, sizes: dict, seed: int, dist: str, place, retry=True

@@ -246,3 +246,24 @@ def test_an_honest_library_passes_after_its_siblings_refill_the_shared_logits(ca
     assert alone.status == "pass", alone.message
     # the siblings' probes ran: the same function alone verifies fewer rules
     assert with_siblings.metrics["verified"] > alone.metrics["verified"]
+
+
+def test_nan_in_both_calls_agrees_and_nan_in_one_does_not():
+    """Two calls of the candidate compared (under autocast and without): an honest
+    kernel's NaN past half range is its NaN in both, and agrees; a NaN in one call only,
+    or a value where the other has NaN, is a problem."""
+    import torch
+
+    from kernelcheck.checks.contract import Contract
+    from kernelcheck.spec.model import Tolerance
+
+    contract = Contract.__new__(Contract)  # _close reads and writes only ``problems``
+    contract.problems = []
+    tol, nan = Tolerance(atol=1e-6, rtol=0.0), float("nan")
+    same = torch.tensor([1.0, nan, -2.0])
+    contract._close("both", "the call's without", tol, same, same.clone(), scale=2.0)
+    assert contract.problems == []
+    one = torch.tensor([1.0, 1.0, -2.0])
+    contract._close("got", "the call's without", tol, same, one, scale=2.0)
+    contract._close("want", "the call's without", tol, one, same, scale=2.0)
+    assert [p.split(":")[0] for p in contract.problems] == ["got", "want"], contract.problems

@@ -29,6 +29,8 @@ from kernelcheck.checks.shape_sweep import (
     huge_rows_shapes,
     joint_shape,
     narrowest_dtype,
+    shape_flag,
+    short_rows_shape,
     sweep_shapes,
     sweep_sizes,
     swept_dims,
@@ -609,15 +611,20 @@ def test_where_the_honest_reference_misses_the_contract_the_precision_rule_judge
 
 
 def _huge_lead_alone(monkeypatch, own_process: bool = True, lead: str = "huge") -> None:
-    """The sweep down to its huge lead (``lead`` "widest": to the widest batches instead): no
-    swept shapes, no far rows (each has its tests); in process, its calls as in a case
-    process of its own (``own_process``), as an isolated worker makes them."""
+    """The sweep down to its huge leads (``lead`` "short": to the short-row one alone;
+    "widest": to the widest batches instead): no swept shapes, no far rows (each has its
+    tests); in process, its calls as in a case process of its own (``own_process``), as an
+    isolated worker makes them."""
     from kernelcheck.checks import huge_rows, shape_sweep
 
     monkeypatch.setattr(shape_sweep, "sweep_shapes", lambda *a, **k: [])
     monkeypatch.setattr(shape_sweep.ShapeSweep, "_far_rows_here", lambda self, full: False)
     if lead == "huge":
         monkeypatch.setattr(shape_sweep, "widest_batches", lambda op: [])
+        monkeypatch.setattr(shape_sweep, "short_rows_shape", lambda op: None)
+    elif lead == "short":
+        monkeypatch.setattr(shape_sweep, "widest_batches", lambda op: [])
+        monkeypatch.setattr(shape_sweep, "huge_rows_shapes", lambda op: [])
     else:
         monkeypatch.setattr(shape_sweep.ShapeSweep, "_judge_huge_rows", lambda self, s, d: None)
     if own_process:
@@ -642,12 +649,13 @@ def test_the_huge_leads_pass_2_31_elements_in_the_grids_narrowest_dtype(catalog)
         assert narrow.endswith("(past 65,535 blocks of 16,384 elements)"), name
 
 
-def _huge_leads_on(catalog, monkeypatch, callable_: str):
-    """(catalog, result): logp's bf16 sweep of its huge leads alone, of a forward-only
-    candidate ``callable_``, its calls as in a case process of its own."""
+def _huge_leads_on(catalog, monkeypatch, callable_: str, lead: str = "huge"):
+    """(catalog, result): logp's bf16 sweep of its huge leads alone (``lead`` "short": its
+    short-row one alone), of a forward-only candidate ``callable_``, its calls as in a
+    case process of its own."""
     from tests.conftest import with_op_candidate
 
-    _huge_lead_alone(monkeypatch)
+    _huge_lead_alone(monkeypatch, lead=lead)
     cat = with_op_candidate(catalog, "logp", "bug", callable_, backward=False)
     shape = dict(cat.ops["logp"].grid.shapes[0])
     return cat, run_one(cat, "logp", "bug", "shape_sweep", "bf16", shape, seeds=[0])
@@ -667,6 +675,71 @@ def test_a_launch_of_65535_blocks_of_16384_elements_fails_at_the_narrow_huge_lea
     label, _ = huge_rows_shapes(cat.ops["logp"])[1]
     assert res.message.startswith(f"at {label} (its first and last {JUDGED} rows"), res.message
     assert "first at row 524288: " in res.message, res.message  # the last 64 rows judged
+
+
+def test_the_short_row_lead_passes_65535_blocks_of_4096_elements_and_2_17_rows(catalog):
+    for name, op in catalog.ops.items():
+        label, sizes = short_rows_shape(op)
+        widest = max((n for n in sizes if n not in op.lead), key=sizes.get)
+        rows = math.prod(sizes[d] for d in op.lead if d in sizes)
+        assert sizes[widest] == 128 and rows - JUDGED >= 65_536 * 32 > 1 << 17, name
+        assert label.endswith("(past 65,535 blocks of 4,096 elements at short rows)"), name
+
+
+@pytest.mark.parametrize(
+    "bug,fragment",
+    [
+        # block 65,535 of 32 rows never runs: its rows, between the judged ones, unwritten
+        ("logp_short_rows_block_65535_skipped", "first at row 2097120 "),
+        # another order past 2^17 rows of 128: other bits, within the tolerance
+        ("logp_short_rows_summed_in_halves_past_2_17", "rows have other bits"),
+    ],
+)
+def test_a_path_for_many_short_rows_fails_at_the_short_row_lead(
+    catalog, monkeypatch, bug, fragment
+):
+    """Round 25's rms_norms packed short rows 32 to a block and lost block 65,535, or
+    summed them another way past 2^17 rows: every lead of 65,537+ rows was at 2,048 or
+    wider, so both passed. The short-row lead (2^21 + 64 rows of 128) fails them, in its
+    judged rows or by the bits of the rows between."""
+    cat, res = _huge_leads_on(catalog, monkeypatch, f"grid_cap_bugs:{bug}", lead="short")
+    assert res.status == "fail", res.message
+    label, sizes = short_rows_shape(cat.ops["logp"])
+    assert res.message.startswith(f"at {label} ({shape_flag(sizes)}"), res.message
+    assert fragment in res.message, res.message
+    honest = "kernelcheck.candidates.torch_logp:logp"
+    cat, res = _huge_leads_on(catalog, monkeypatch, honest, lead="short")
+    assert res.status == "pass" and res.metrics["shapes"] == 1, res.message
+
+
+@pytest.mark.parametrize(
+    "dtype,lead", [("bf16", "short"), pytest.param("fp16", "far", marks=pytest.mark.slow)]
+)
+def test_a_backward_writing_its_inputs_past_2_26_16_bit_elements_fails_at_the_big_leads(
+    catalog, monkeypatch, dtype, lead
+):
+    """A round-25 red team's swiglu wrote d_gate and d_up into the saved gate and up past
+    2^26 16-bit elements: integrity's wide second call runs in the first dtype (fp32) at
+    65,537 rows of 256. The big leads' inputs must still hold the rows they copy after
+    each call: the short-row lead's with-grad call fails it in bf16's case, the far-rows
+    lead's (65,537 rows of 2,560) in every dtype's; the honest one passes."""
+    from kernelcheck.checks import shape_sweep
+
+    if lead == "short":
+        _huge_lead_alone(monkeypatch, lead="short")
+    else:  # the far rows alone
+        _huge_lead_alone(monkeypatch, lead="widest")
+        monkeypatch.setattr(shape_sweep.ShapeSweep, "_far_rows_here", lambda self, full: full)
+        monkeypatch.setattr(shape_sweep, "widest_batches", lambda op: [])
+    bug = "broken_swiglu:grads_written_into_saved_inputs_past_2_26_in_16_bits"
+    cat = with_op_candidate(catalog, "swiglu", "bug", bug)
+    shape = dict(cat.ops["swiglu"].grid.shapes[0])
+    res = run_one(cat, "swiglu", "bug", "shape_sweep", dtype, shape, seeds=[0])
+    assert res.status == "fail", res.message
+    assert res.metrics["failing_check"] == "integrity", res.message
+    assert "integrity: the backward changed input 'gate' in " in (res.message), res.message
+    honest = run_one(catalog, "swiglu", "torch", "shape_sweep", dtype, shape, seeds=[0])
+    assert honest.status == "pass", honest.message
 
 
 @pytest.mark.skipif(mirroring_available() is not None, reason="mirrored batches: Linux only")
