@@ -69,6 +69,9 @@ MUST_RAISE_HUGE_ELEMENTS = 1 << 27
 # round-23 red team's logp walked the shifted view by one pitch there; its swiglu wrote
 # its result over the gate half of a 2^24-element gate_up buffer)
 WIDE_BATCH_ROWS = 65_537
+# two threads calling at once at a big batch of 2^23 elements: past 2^22, where a kernel
+# may stage a 16-bit input in one fp32 buffer (a round-26 red team's rms_norm shared it)
+CONCURRENT_ELEMENTS = 1 << 23
 WIDE_BATCH_ELEMENTS = 1 << 26
 # and within 2^29 products of a row's dims (linear_logp at 64 x 1,000: 8,388 tokens, 8.4M
 # logits; at 2^31, its integrity took 114 s where it had taken 8)
@@ -183,6 +186,9 @@ class Contract(Check):
         "wide_rows": WIDE_BATCH_ROWS,
         "wide_elements": WIDE_BATCH_ELEMENTS,
         "wide_work": WIDE_BATCH_WORK,
+        # two threads calling at once again at a big batch: its elements of the widest
+        # row-wise input (its rows within wide_rows and wide_work; 0: none)
+        "concurrent_elements": CONCURRENT_ELEMENTS,
         # the must-raise calls' big batch's rows at most (0: none), and its elements
         "must_raise_rows": MUST_RAISE_ROWS,
         "must_raise_elements": MUST_RAISE_ELEMENTS,
@@ -2020,11 +2026,22 @@ class Contract(Check):
         and backward in turn: every output and gradient keeps the bits of its call alone.
         A scratch buffer kept per shape is written by both. In the attribute sweeps' cases
         too: a kernel may stage its inputs in a scratch buffer only for an attribute's
-        other values (a temperature's scaled logits; T = 1 reads the logits as they are)."""
+        other values (a temperature's scaled logits; T = 1 reads the logits as they are).
+        Then again at a big batch past ``concurrent_elements`` (in the big-batch probes'
+        cases, every dtype): a kernel may stage a 16-bit input in one fp32 buffer only
+        past a size (a round-26 red team's rms_norm, from 2^22 elements, shared it by
+        every caller)."""
+        rows = concurrent_calls.rows_for(self.ctx.row_work)
+        self._calls_from_threads_at(trial, rows)
+        big = self._big_batch_rows("wide_rows", "concurrent_elements", "wide_work")
+        if big > rows:
+            self._calls_from_threads_at(trial, big)
+
+    def _calls_from_threads_at(self, trial: Trial, rows: int) -> None:
+        """:meth:`_calls_from_threads` at ``rows`` rows a call."""
         ctx, op = self.ctx, self.ctx.op
         head, _ = self._head(trial)
         row = [k for k in head if op.is_row_wise(op.input(k))]
-        rows = concurrent_calls.rows_for(ctx.row_work)
         mine = {
             k: v.repeat_interleave(-(-rows // len(v)), 0)[:rows] if k in row else v
             for k, v in head.items()

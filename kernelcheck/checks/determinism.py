@@ -33,6 +33,8 @@ from kernelcheck.checks.trial import Trial
 
 WITH_GRAD = "output (with grad)"  # the backward's own forward call: a training path
 FIRST_BATCH = 64  # a pristine process's first call when the case has a single row
+# a big first call's rows are a multiple of this (a warm-up batch is a round count)
+FIRST_BATCH_MULTIPLE = 64
 FIRST_CALL_DISTRIBUTION = "normal"
 BASE = "a pristine process whose first call was the case process's"
 
@@ -62,11 +64,13 @@ class Determinism(Check):
         # runs in pristine processes whose first call was another (runner/pristine.py;
         # 0: none)
         "pristine": 1,
-        # one of them begins with a big batch (a rollout's decode batch, a trainer's
+        # one of them begins with a big batch (a serving warm-up, a trainer's
         # micro-batch): rows up to this many, up to first_batch_work products of a
-        # row's dims (an autotuner that splits a row only while rows cannot fill the
-        # SMs picks another config there than at the grid's few rows)
-        "first_batch_rows": 512,
+        # row's dims, a multiple of FIRST_BATCH_MULTIPLE (an autotuner that splits a row
+        # only while rows cannot fill the SMs picks another config there than at the
+        # grid's few rows; a plan cached from a warm-up of 4,096 rows may pack 16 rows a
+        # program and drop its row mask, as they divide: a round-26 red team's entropy)
+        "first_batch_rows": 4096,
         "first_batch_work": 1 << 26,
     }
 
@@ -218,13 +222,16 @@ class Determinism(Check):
 
     def _first_batch_lead(self) -> tuple[int, ...] | None:
         """The lead of a pristine process's big first call: ``first_batch_rows`` rows,
-        fewer at long rows; None where that is no more than the case's own rows (its
-        first call is as big) or the op has no lead."""
+        fewer at long rows, a multiple of FIRST_BATCH_MULTIPLE where that many fit; None
+        where that is no more than the case's own rows (its first call is as big) or
+        the op has no lead."""
         ctx = self.ctx
         rows = ctx.training_rows(
             int(self.params["first_batch_rows"]), int(self.params["first_batch_work"])
         )
-        if not rows or not ctx.lead:
+        if rows >= FIRST_BATCH_MULTIPLE:
+            rows -= rows % FIRST_BATCH_MULTIPLE
+        if rows <= math.prod(ctx.lead) or not ctx.lead:
             return None
         return (rows,) + (1,) * (len(ctx.lead) - 1)
 

@@ -80,6 +80,11 @@ MANY_THREADS_AT_LEAST = 8
 # threads than 8 and than rows; 64, a big machine's), which all the pool at WIDE_THREADS
 # would cost too much to show (1.6x the default run at 32)
 WIDE_THREADS, WIDE_ROWS = (32, 128), 16
+# then one batch whose rows leave a big remainder over many threads: 127 rows at 64 (63
+# left over; 31 over 32 workers), where a kernel splitting rows over min(threads, rows)
+# workers may give the remainder to a fixed tail tile (of 16: a round-26 red team's
+# swiglu wrote no row past it at 48 threads, a server's cores; 16 rows alone never left one)
+REMAINDER_THREADS, REMAINDER_BATCH = 64, 127
 # the rows alone, and their batch, at each other attribute value (an odd batch past 16)
 OTHER_VALUE_ROWS, OTHER_VALUE_BATCH = 48, 97
 
@@ -392,13 +397,20 @@ class _Invariance(Check):
 
     def _wide_alone(self, trial: Trial, run, rows: int, reference) -> None:
         """``WIDE_ROWS`` pool rows, spread over the pool (its distributions), alone again
-        at each of ``WIDE_THREADS``."""
+        at each of ``WIDE_THREADS``; then the pool's rows in turn as one batch of
+        ``REMAINDER_BATCH`` at ``REMAINDER_THREADS``."""
         for threads in WIDE_THREADS:
             label = f"rows alone at {threads} threads"
             self.progress(label)
             with torch_threads(threads):
                 for r in sorted({i * rows // WIDE_ROWS for i in range(WIDE_ROWS)}):
                     self._compare(trial, label, [r], run([r], (1,)), reference, lead=(1,))
+        label = f"one batch of {REMAINDER_BATCH} at {REMAINDER_THREADS} threads"
+        self.progress(label)
+        order = [k % rows for k in range(REMAINDER_BATCH)]
+        with torch_threads(REMAINDER_THREADS):
+            got = run(order, (REMAINDER_BATCH,))
+        self._compare(trial, label, order, got, reference)
 
     def _at_other_values(self, trial: Trial, pool, rows: int) -> None:
         """The first OTHER_VALUE_ROWS pool rows (every distribution) alone, at all cores,

@@ -267,3 +267,23 @@ def test_nan_in_both_calls_agrees_and_nan_in_one_does_not():
     contract._close("got", "the call's without", tol, same, one, scale=2.0)
     contract._close("want", "the call's without", tol, one, same, scale=2.0)
     assert [p.split(":")[0] for p in contract.problems] == ["got", "want"], contract.problems
+
+
+def test_a_buffer_shared_by_threads_past_2_22_elements_fails_two_threads_at_a_big_batch(
+    catalog,
+):
+    """A round-26 red team's rms_norm staged 16-bit inputs of 2^22+ elements in one fp32
+    buffer shared by every caller: two threads at once read each other's rows, while the
+    probe's calls of 2^18 elements took the honest path. The two threads run again at
+    2^23 elements in the big-batch probes' cases (bf16's too); the honest one passes."""
+    from kernelcheck.checks.contract import CONCURRENT_ELEMENTS
+
+    bug = "broken_rms_norm:staged_in_one_fp32_buffer_past_2_22"
+    cat = with_op_candidate(catalog, "rms_norm", "bug", bug)
+    shape = dict(catalog.ops["rms_norm"].grid.shapes[0])
+    rows = CONCURRENT_ELEMENTS // shape["hidden"]
+    res = run_one(cat, "rms_norm", "bug", "contract", "bf16", shape)
+    assert res.status == "fail", res.message
+    assert f"two threads calling at once ({rows} rows, forward" in res.message, res.message
+    honest = run_one(catalog, "rms_norm", "torch", "contract", "bf16", shape)
+    assert honest.status == "pass", honest.message

@@ -81,7 +81,25 @@ def test_a_choice_fixed_while_rows_cannot_fill_the_sms_fails_after_a_big_first_c
     cat = with_candidate(catalog, "bug", "broken_logp:split_fixed_while_rows_cannot_fill_the_sms")
     res = run_small(cat, "bug", ["determinism"], seeds=[0])["determinism"]
     assert res.status == "fail", res.message
-    assert "first call was a big batch's (lead (512, 1)" in res.message, res.message
+    assert "first call was a big batch's (lead (4096, 1)" in res.message, res.message
+
+
+def test_a_plan_packed_by_a_warm_up_of_4096_rows_fails_after_that_first_call(catalog):
+    """A round-26 red team's entropy: a plan cached at the first call, packing 16 rows a
+    program without a row mask when that call had 2,048+ rows that divide by 16 (a
+    serving warm-up), leaves the last rows of a later 6-row call unwritten. A first call
+    of 512 rows never packed; the big first call is now 4,096 rows (2,048 at 32,768), a
+    multiple of 64. The honest entropy passes."""
+    from tests.conftest import run_one, with_op_candidate
+
+    bug = "broken_entropy:plan_packed_by_a_warm_up"
+    cat = with_op_candidate(catalog, "entropy", "bug", bug)
+    shape = {"batch": 2, "seq": 3, "vocab": 10000}
+    res = run_one(cat, "entropy", "bug", "determinism", "fp32", shape, seeds=[0])
+    assert res.status == "fail", res.message
+    assert "first call was a big batch's (lead (4096, 1)" in res.message, res.message
+    honest = run_one(catalog, "entropy", "torch", "determinism", "fp32", shape, seeds=[0])
+    assert honest.status == "pass", honest.message
 
 
 @pytest.mark.parametrize("threads", [1, 2, 8])

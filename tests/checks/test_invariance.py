@@ -10,6 +10,8 @@ import torch
 from kernelcheck.checks.invariance import (
     ODD_SIZES,
     OTHER_VALUE_BATCH,
+    REMAINDER_BATCH,
+    REMAINDER_THREADS,
     WIDE_ROWS,
     WIDE_THREADS,
     thread_counts,
@@ -67,6 +69,22 @@ def test_a_row_split_only_on_a_dual_socket_server_fails_at_128_threads(catalog):
     assert "rows alone at 128 threads" in res.message, res.message
 
 
+def test_a_remainder_past_a_tail_tile_fails_at_many_threads(catalog):
+    """A round-26 red team's swiglu split rows over min(threads, rows) workers and gave
+    the remainder to a tail tile of 16: rows past it unwritten at 48 threads. Rows alone
+    at 32 and 128 threads leave no remainder; one batch of REMAINDER_BATCH rows at
+    REMAINDER_THREADS leaves 63. The honest candidate passes."""
+    assert REMAINDER_BATCH % REMAINDER_THREADS > 32 and REMAINDER_THREADS > 16
+    cat = with_candidate(catalog, "bug", "broken_logp:rows_split_over_threads_tail_tile_of_16")
+    res = run_small(cat, "bug", ["forward_invariance"], shape=SHAPE, seeds=[0])
+    res = res["forward_invariance"]
+    assert res.status == "fail", res.message
+    label = f"one batch of {REMAINDER_BATCH} at {REMAINDER_THREADS} threads"
+    assert label in res.message, res.message
+    honest = run_small(catalog, "torch", CHECKS, shape=SHAPE, seeds=[0])
+    assert all(r.status == "pass" for r in honest.values()), honest
+
+
 def test_a_split_k_for_batches_of_one_on_8_threads_fails_on_2_cores(catalog):
     """Rows alone run at all cores but at least 8 threads: a kernel that splits a row only
     when rows * 8 <= threads passes at 2 threads (this machine's cores), and fails
@@ -107,7 +125,7 @@ def test_honest_candidates_pass_every_layout(catalog, candidate):
         # of them in one batch, 32 of the case's; the torch candidate's 97 at T = 0.7 and
         # 1.3 too
         others = 2 * OTHER_VALUE_BATCH if candidate == "torch" else 0
-        wide = len(WIDE_THREADS) * WIDE_ROWS
+        wide = len(WIDE_THREADS) * WIDE_ROWS + REMAINDER_BATCH  # and one batch at 64 threads
         assert r.metrics["comparisons"] == 300 + wide + 98304 + 32 + others
 
 
@@ -184,7 +202,8 @@ def test_a_split_k_for_few_tokens_at_a_real_hidden_size_fails(catalog):
         assert res.status == status, (shape, res.message)
         if status == "fail":
             assert "batches of" in res.message
-            assert res.metrics["comparisons"] == 300 + len(WIDE_THREADS) * WIDE_ROWS + 838 + 8
+            wide = len(WIDE_THREADS) * WIDE_ROWS + REMAINDER_BATCH
+            assert res.metrics["comparisons"] == 300 + wide + 838 + 8
 
 
 def test_a_second_shape_of_the_same_rows_judges_its_own_batch_only(catalog):
