@@ -347,12 +347,15 @@ def _narrowest_and_others(spec: OpSpec, dts: list[str]) -> tuple[str, list[str]]
 
 
 def _huge_rows_gap(spec: OpSpec, dts: list[str], checks, sweeps: bool) -> dict[str, str]:
-    """``shape_sweep``'s huge lead (past 2^31 elements), judged at the grid's narrowest
-    dtype and attributes alone, where the op has one (:func:`huge_rows_shape`), for the
-    summary's list of what was not checked."""
+    """``shape_sweep``'s huge leads (past 2^31 elements; the short-row one), judged at the
+    grid's narrowest dtype and attributes alone, where the op has one
+    (:func:`huge_rows_shape`), for the summary's list of what was not checked."""
     if "shape_sweep" not in checks:
         return {}
-    what = "shape_sweep's rows past 2^31 elements (and past 65,535 blocks of 16,384 elements)"
+    what = (
+        "shape_sweep's rows past 2^31 elements (and past 65,535 blocks of 16,384 elements, "
+        "and 2^21 rows of 128)"
+    )
     shape = huge_rows_shape(spec)
     why = far_rows_unjudged(spec) or (None if shape else "no row-wise float input is wide enough")
     if why:
@@ -365,7 +368,8 @@ def _huge_rows_gap(spec: OpSpec, dts: list[str], checks, sweeps: bool) -> dict[s
         gaps[what] = f"judged at {at} alone (the grid's narrowest dtype), not in the plan"
     elif others:
         gaps[f"{what} at {', '.join(others)}"] = (
-            f"judged once per candidate at {at}, the grid's narrowest dtype: 4 and 2 GiB of input"
+            f"judged once per candidate at {at}, the grid's narrowest dtype: 4 GiB, 2 GiB and "
+            "512 MiB of input"
         )
     return gaps
 

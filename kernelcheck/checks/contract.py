@@ -69,13 +69,14 @@ MUST_RAISE_HUGE_ELEMENTS = 1 << 27
 # round-23 red team's logp walked the shifted view by one pitch there; its swiglu wrote
 # its result over the gate half of a 2^24-element gate_up buffer)
 WIDE_BATCH_ROWS = 65_537
-# two threads calling at once at a big batch of 2^23 elements: past 2^22, where a kernel
-# may stage a 16-bit input in one fp32 buffer (a round-26 red team's rms_norm shared it)
-CONCURRENT_ELEMENTS = 1 << 23
 WIDE_BATCH_ELEMENTS = 1 << 26
 # and within 2^29 products of a row's dims (linear_logp at 64 x 1,000: 8,388 tokens, 8.4M
 # logits; at 2^31, its integrity took 114 s where it had taken 8)
 WIDE_BATCH_WORK = 1 << 29
+# two threads calling at once again at a batch of 2^23 elements (its rows within the
+# wide batch's): past 2^22, where a kernel may stage a 16-bit input in one fp32 buffer
+# (a round-26 red team's rms_norm shared it)
+CONCURRENT_ELEMENTS = 1 << 23
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
 # of saved statistics reads another call's
 IN_FLIGHT = 9

@@ -123,19 +123,21 @@ def judge_far_rows(
         nlead = len(small.ctx.lead)
         ups = [place(flat_rows(u, nlead), order, big.lead, "cpu") for u in small.upstream]
 
+        written: Outcome | None = None  # the with-grad call's input writes
+
         def backward_rows(wrt: tuple[str, ...] | None) -> tuple[list, dict, Outcome | None]:
+            nonlocal written
             inputs = placed_inputs()
             with guard(), torch_threads(BATCH_THREADS):
                 outs, grads = big.call_backward(inputs, ups, wrt=wrt)
                 body = None if wrt else _body_of_backward(ctx, small, big.lead, outs, grads)
                 judged = {n: _rows_of(big, g, at) for n, g in grads.items()}
             if wrt is None:
-                written[0] = first_input_write(ctx, small, big.lead, inputs, source, "backward")
+                written = first_input_write(ctx, small, big.lead, inputs, source, "backward")
             return _judged_rows(big, outs, at), judged, body
 
-        written: list[Outcome | None] = [None]  # the with-grad call's input writes
         found = _judge_backward(ctx, small, rows, backward_rows, gold, frozen_call)
-        return found or (None if written[0] is None else ("integrity", written[0]))
+        return found or (None if written is None else ("integrity", written))
     finally:
         small.release()
 

@@ -348,11 +348,12 @@ def _pristine_runner(op, case, options, pristine, ctx: CaseContext):
     where that one succeeds, the case's later runs do the same, and the context's
     ``shared_module_folder`` says why: files kept beside the module went unchecked."""
     cand = op.candidates[case.candidate]
-    private = [candidate_module(cand.base_dir, cand.callable) is not None]
+    private = candidate_module(cand.base_dir, cand.callable) is not None
 
     def in_pristine_process(program, *args):
+        nonlocal private
         zygote = pristine if pristine is not None else spawned()
-        if not private[0]:
+        if not private:
             return zygote.run(run_prepared, op, case, options, False, program, *args)
         try:
             return zygote.run(run_prepared, op, case, options, True, program, *args)
@@ -360,7 +361,7 @@ def _pristine_runner(op, case, options, pristine, ctx: CaseContext):
             if zygote.broken:
                 raise
             value = zygote.run(run_prepared, op, case, options, False, program, *args)
-            private[0] = False
+            private = False
             why = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
             ctx.shared_module_folder.append(f"the module's private copy failed: {why}")
             return value

@@ -255,13 +255,19 @@ def private_module_dir(base_dir: Path, import_path: str) -> Path:
     home = Path(_private_root) / "candidate"
     home.mkdir(exist_ok=True)
     for entry in base_dir.iterdir():
-        if entry.name.startswith(".") or entry.name == "__pycache__":
-            continue  # hidden: state a kernel keeps beside its module, bytecode
+        if not _visible(entry):
+            continue
         if entry == module:  # copied, even where it is a link
             _copy_visible(entry, home / entry.name, follow=True)
         elif not (home / entry.name).exists():
             (home / entry.name).symlink_to(entry)
     return home
+
+
+def _visible(entry: Path) -> bool:
+    """Whether a private copy keeps ``entry``: not hidden (a dot-file, state a kernel
+    keeps beside its module) nor bytecode."""
+    return not entry.name.startswith(".") and entry.name != "__pycache__"
 
 
 def _copy_visible(source: Path, target: Path, follow: bool = False) -> None:
@@ -273,9 +279,8 @@ def _copy_visible(source: Path, target: Path, follow: bool = False) -> None:
         target.symlink_to(source.resolve())
     elif source.is_dir():
         target.mkdir()
-        for entry in source.iterdir():
-            if not entry.name.startswith(".") and entry.name != "__pycache__":
-                _copy_visible(entry, target / entry.name)
+        for entry in filter(_visible, source.iterdir()):
+            _copy_visible(entry, target / entry.name)
     else:
         shutil.copy2(source, target)
 
