@@ -63,20 +63,24 @@ MUST_RAISE_ELEMENTS = 1 << 25
 # made once: a range check skipped past 2^26 logits (a round-24 red team's) spares a
 # host sync where it costs least
 MUST_RAISE_HUGE_ELEMENTS = 1 << 27
-# the views that move rows again at a wide batch, forward only, in the first dtype: up
-# to 65,537 rows within 2^26 elements (2,048 rows at a vocabulary of 32,768): a kernel may
+# the views that move rows again at a wide batch, forward only, in every dtype: up to
+# 65,537 rows within 2^26 elements (2,048 rows at a vocabulary of 32,768): a kernel may
 # skip the copy of a big strided input only past 2^24 elements, a 64 MiB fp32 copy (a
 # round-23 red team's logp walked the shifted view by one pitch there; its swiglu wrote
-# its result over the gate half of a 2^24-element gate_up buffer)
+# its result over the gate half of a 2^24-element gate_up buffer; a round-27 one's
+# rms_norm did on its 16-bit path alone)
 WIDE_BATCH_ROWS = 65_537
 WIDE_BATCH_ELEMENTS = 1 << 26
 # and within 2^29 products of a row's dims (linear_logp at 64 x 1,000: 8,388 tokens, 8.4M
 # logits; at 2^31, its integrity took 114 s where it had taken 8)
 WIDE_BATCH_WORK = 1 << 29
-# two threads calling at once again at a batch of 2^23 elements (its rows within the
-# wide batch's): past 2^22, where a kernel may stage a 16-bit input in one fp32 buffer
-# (a round-26 red team's rms_norm shared it)
-CONCURRENT_ELEMENTS = 1 << 23
+# two threads calling at once again at a batch of 2^26 elements (short rows: up to 2^20): a
+# kernel may stage a 16-bit input in one fp32 buffer only past a size (a round-26 red
+# team's rms_norm shared it from 2^22 elements, a round-27 one's swiglu from 2^24: Llama 3
+# 8B's 4 x 2,048 x 14,336 activations are 2^26.8); each thread makes CONCURRENT_ROUNDS
+# calls there (a call of that size is its own long window)
+CONCURRENT_ROWS, CONCURRENT_ELEMENTS = 1 << 20, 1 << 26
+CONCURRENT_ROUNDS = 2
 # calls of one shape in flight at once: a ring of up to 8 workspaces, a queue or a stack
 # of saved statistics reads another call's
 IN_FLIGHT = 9
@@ -187,8 +191,9 @@ class Contract(Check):
         "wide_rows": WIDE_BATCH_ROWS,
         "wide_elements": WIDE_BATCH_ELEMENTS,
         "wide_work": WIDE_BATCH_WORK,
-        # two threads calling at once again at a big batch: its elements of the widest
-        # row-wise input (its rows within wide_rows and wide_work; 0: none)
+        # two threads calling at once again at a big batch: its rows at most and its
+        # elements of the widest row-wise input (within wide_work; 0: none)
+        "concurrent_rows": CONCURRENT_ROWS,
         "concurrent_elements": CONCURRENT_ELEMENTS,
         # the must-raise calls' big batch's rows at most (0: none), and its elements
         "must_raise_rows": MUST_RAISE_ROWS,
@@ -647,20 +652,19 @@ class Contract(Check):
     def _strided_at_wide_batch(self, trial: Trial) -> None:
         """The layout views that move rows (:meth:`_strided_views`), forward only, at a
         wide batch of up to ``wide_elements`` (2^26) elements of the widest row-wise input,
-        in the first dtype (where a size in bytes is passed first): a kernel may skip the
-        copy of a big non-contiguous input (walking its rows by one pitch) or write its
-        result over an input buffer only past a size the training batch never reaches."""
+        in every dtype: a kernel may skip the copy of a big non-contiguous input (walking
+        its rows by one pitch) or write its result over an input buffer only past a size
+        the training batch never reaches, and on its 16-bit path alone (a round-27 red
+        team's rms_norm passed when this ran in the first dtype only)."""
         rows = self._wide_batch_rows()
         if rows:
             drawn = self.ctx.draw(trial.seed, trial.distribution, lead=(rows,), salt="wide")
             self._strided(trial, drawn, f" in a wide batch of {rows} rows", wide=True)
 
     def _wide_batch_rows(self) -> int:
-        """The wide batch's rows (0: none in this case): in the first dtype, up to
-        ``wide_rows`` within ``wide_elements`` of the widest row-wise input and
-        ``wide_work`` of a row's products, if more than the training batch's."""
-        if not self.ctx.at_first_dtype():
-            return 0
+        """The wide batch's rows (0: none in this case): up to ``wide_rows`` within
+        ``wide_elements`` of the widest row-wise input and ``wide_work`` of a row's
+        products, if more than the training batch's."""
         rows = self._big_batch_rows("wide_rows", "wide_elements", "wide_work")
         return rows if rows > self._big_batch_rows("training_rows", "training_elements") else 0
 
@@ -2028,18 +2032,18 @@ class Contract(Check):
         A scratch buffer kept per shape is written by both. In the attribute sweeps' cases
         too: a kernel may stage its inputs in a scratch buffer only for an attribute's
         other values (a temperature's scaled logits; T = 1 reads the logits as they are).
-        Then again at a big batch past ``concurrent_elements`` (in the big-batch probes'
+        Then again at a big batch of ``concurrent_elements`` (in the big-batch probes'
         cases, every dtype): a kernel may stage a 16-bit input in one fp32 buffer only
         past a size (a round-26 red team's rms_norm, from 2^22 elements, shared it by
-        every caller)."""
+        every caller; a round-27 one's swiglu, from 2^24)."""
         rows = concurrent_calls.rows_for(self.ctx.row_work)
-        self._calls_from_threads_at(trial, rows)
-        big = self._big_batch_rows("wide_rows", "concurrent_elements", "wide_work")
+        self._calls_from_threads_at(trial, rows, concurrent_calls.ROUNDS)
+        big = self._big_batch_rows("concurrent_rows", "concurrent_elements", "wide_work")
         if big > rows:
-            self._calls_from_threads_at(trial, big)
+            self._calls_from_threads_at(trial, big, CONCURRENT_ROUNDS)
 
-    def _calls_from_threads_at(self, trial: Trial, rows: int) -> None:
-        """:meth:`_calls_from_threads` at ``rows`` rows a call."""
+    def _calls_from_threads_at(self, trial: Trial, rows: int, rounds: int) -> None:
+        """:meth:`_calls_from_threads` at ``rows`` rows a call, ``rounds`` calls a thread."""
         ctx, op = self.ctx, self.ctx.op
         head, _ = self._head(trial)
         row = [k for k in head if op.is_row_wise(op.input(k))]
@@ -2060,7 +2064,7 @@ class Contract(Check):
         # backward), compares each with the same call alone at once and keeps the finding
         calls = [self._compared_calls(kinds[i::2]) for i in (0, 1)]
         with poisoned_allocations():  # the threads' own switching leaves it on throughout
-            runs = concurrent_calls.together(calls, concurrent_calls.ROUNDS)
+            runs = concurrent_calls.together(calls, rounds)
         differ = [
             f"thread {i + 1}, call {r + 1}, {found}"
             for i, run in enumerate(runs)

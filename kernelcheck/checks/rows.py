@@ -39,6 +39,23 @@ def placed_rows(
     return dst.view(*lead, *inner)
 
 
+def shifted_rows(
+    pool: torch.Tensor, index: list[int], lead: tuple[int, ...], device
+) -> torch.Tensor:
+    """Rows ``index`` of ``pool`` as ``[*lead, ...]`` (two lead dims: sequences of
+    ``lead[1]`` rows), a view ``[:, :-1]`` of a buffer one position longer in each
+    sequence, as RL's ``logits[:, :-1]`` and a static cache's ``buf[:, :S]`` are: rows one
+    pitch apart within a sequence and a pitch more between sequences, so no one pitch
+    walks them from the first. The position past each sequence holds NaN (floats), else
+    a copy of its first row."""
+    seqs, length = lead
+    longer = [i for k in range(seqs) for i in (*index[k * length : (k + 1) * length], index[0])]
+    buf = placed_rows(pool, longer, (seqs, length + 1), device)
+    if buf.is_floating_point():
+        buf[:, -1] = float("nan")
+    return buf[:, :-1]
+
+
 @dataclass(frozen=True)
 class RowSelection:
     """The rows of a mixed trial that a check judges: a trial deals its rows round-robin

@@ -23,7 +23,8 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   4,096 (Gemma's vocabulary: 255 rows; each dim's widest again with
   ``WIDEST_BATCH_ELEMENTS``, 2^28, at the grid's attributes in every dtype and in an
   attribute sweep's case at the narrowest, judged as the far rows are, each call alone
-  within its memory budget): a kernel may pick its path by width and rows together (a
+  within its memory budget, then again as two shifted sequences, ``[:, :-1]`` views:
+  ``shifted_batch``): a kernel may pick its path by width and rows together (a
   GEMM with TF32 operands from K >= 2,048 at 32 tokens; a streaming pass over a wide row
   for a training batch), which neither the sweep's few rows nor the grid's narrower
   shapes reach;
@@ -124,7 +125,7 @@ from kernelcheck.checks.huge_rows import (
 from kernelcheck.checks.outcome import CandidateFault, Outcome
 from kernelcheck.checks.precision import ForwardPrecision
 from kernelcheck.checks.repeated_calls import call_label, differing_calls
-from kernelcheck.checks.rows import placed_rows
+from kernelcheck.checks.rows import placed_rows, shifted_rows
 from kernelcheck.checks.trial import Trial
 from kernelcheck.spec.model import OpSpec
 
@@ -414,6 +415,20 @@ def widest_batches(op: OpSpec) -> list[tuple[str, dict[str, int]]]:
     return wide_batches(op, inner, widest_only=True, elements=WIDEST_BATCH_ELEMENTS)
 
 
+def shifted_batch(op: OpSpec, label: str, sizes: dict[str, int]) -> tuple[str, dict] | None:
+    """(label, sizes) of a widest batch (``label``, ``sizes``) as two sequences, to be
+    placed as ``[:, :-1]`` views of a buffer a position longer (``rows.shifted_rows``),
+    or None for an op of one lead dim. A kernel may keep no contiguous copy of a big
+    strided input (a 1-2 GB ``logits[:, :-1]``) and walk its rows by one pitch only past
+    a size (round-27 red teams' logp backward and 16-bit rms_norm, from 2^24 elements,
+    where the contract's views stop); the rows' results keep their bits."""
+    if len(op.lead) != 2:
+        return None
+    length = math.prod(sizes.get(d, 1) for d in op.lead) // 2
+    first, second = op.lead
+    return f"{label}, as 2 shifted sequences of {length}", {**sizes, first: 2, second: length}
+
+
 def joint_shape(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
     """With two inner dims or more (linear_logp's hidden and vocab), one shape with each at
     a real model's size at once (JOINT_SIZES), within its ``sweep_max``; none otherwise.
@@ -608,11 +623,17 @@ class ShapeSweep(Check):
         """The widest wide batches (:func:`widest_batches`), each judged at its first and
         last rows against their own gold and every row between by its bits, each call
         alone within its memory budget (a full float64 gold of 2^28 elements, two cases at
-        once, ran out)."""
+        once, ran out); then each again as shifted sequences (:func:`shifted_batch`)."""
         for label, sizes in widest_batches(self.ctx.op):
             self.progress(label)
             where = shape_flag(sizes)
             self._judge_within_budget(label, where, sizes, seed, dist, placed_rows)
+            shifted = shifted_batch(self.ctx.op, label, sizes)
+            if self.failed is None and shifted is not None:
+                label, sizes = shifted
+                self.progress(label)
+                where = f"{shape_flag(sizes)}, each row-wise input and upstream [:, :-1]"
+                self._judge_within_budget(label, where, sizes, seed, dist, shifted_rows)
             if self.failed is not None:
                 return
 

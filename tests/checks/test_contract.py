@@ -269,21 +269,43 @@ def test_nan_in_both_calls_agrees_and_nan_in_one_does_not():
     assert [p.split(":")[0] for p in contract.problems] == ["got", "want"], contract.problems
 
 
-def test_a_buffer_shared_by_threads_past_2_22_elements_fails_two_threads_at_a_big_batch(
-    catalog,
+@pytest.mark.parametrize(
+    ("op_name", "bug", "dim"),
+    [
+        ("rms_norm", "broken_rms_norm:staged_in_one_fp32_buffer_past_2_22", "hidden"),
+        ("swiglu", "broken_swiglu:staged_in_one_fp32_workspace_past_2_25", "inter"),
+    ],
+)
+def test_a_buffer_shared_by_threads_past_a_size_fails_two_threads_at_a_big_batch(
+    catalog, op_name, bug, dim
 ):
-    """A round-26 red team's rms_norm staged 16-bit inputs of 2^22+ elements in one fp32
-    buffer shared by every caller: two threads at once read each other's rows, while the
-    probe's calls of 2^18 elements took the honest path. The two threads run again at
-    2^23 elements in the big-batch probes' cases (bf16's too); the honest one passes."""
+    """Red teams' kernels staged 16-bit inputs in one fp32 buffer shared by every caller
+    past a size: a round-26 rms_norm from 2^22 elements (the probe's calls of 2^18 took
+    the honest path), a round-27 swiglu from 2^24 (the big batch then stopped at 65,537
+    rows, 2^24 elements at inter 256; this one stages from 2^25). Two threads at once run
+    again at CONCURRENT_ELEMENTS (2^26) in the big-batch probes' cases (bf16's too), up
+    to 2^20 rows; the honest ones pass."""
     from kernelcheck.checks.contract import CONCURRENT_ELEMENTS
 
-    bug = "broken_rms_norm:staged_in_one_fp32_buffer_past_2_22"
-    cat = with_op_candidate(catalog, "rms_norm", "bug", bug)
-    shape = dict(catalog.ops["rms_norm"].grid.shapes[0])
-    rows = CONCURRENT_ELEMENTS // shape["hidden"]
-    res = run_one(cat, "rms_norm", "bug", "contract", "bf16", shape)
+    cat = with_op_candidate(catalog, op_name, "bug", bug)
+    shape = dict(catalog.ops[op_name].grid.shapes[0])
+    rows = CONCURRENT_ELEMENTS // shape[dim]
+    res = run_one(cat, op_name, "bug", "contract", "bf16", shape)
     assert res.status == "fail", res.message
     assert f"two threads calling at once ({rows} rows, forward" in res.message, res.message
+    honest = run_one(catalog, op_name, "torch", "contract", "bf16", shape)
+    assert honest.status == "pass", honest.message
+
+
+def test_a_16_bit_path_walking_a_big_strided_input_fails_the_wide_views_in_bf16(catalog):
+    """A round-27 red team's rms_norm walked a 16-bit x of 2^24+ elements whose lead dims
+    do not collapse by one pitch, with no copy: the wide batch's views (65,537 rows at
+    hidden 256) ran in the first dtype only. They run in every dtype; the honest passes."""
+    bug = "broken_rms_norm:rows_walked_by_one_pitch_past_2_24_in_16_bits"
+    cat = with_op_candidate(catalog, "rms_norm", "bug", bug)
+    shape = dict(catalog.ops["rms_norm"].grid.shapes[0])
+    res = run_one(cat, "rms_norm", "bug", "contract", "bf16", shape)
+    assert res.status == "fail", res.message
+    assert "view in a wide batch of 65537 rows" in res.message, res.message
     honest = run_one(catalog, "rms_norm", "torch", "contract", "bf16", shape)
     assert honest.status == "pass", honest.message

@@ -3,7 +3,9 @@ back by their place in the trial."""
 
 from __future__ import annotations
 
-from kernelcheck.checks.rows import row_selection
+import torch
+
+from kernelcheck.checks.rows import row_selection, shifted_rows
 
 
 def test_a_selection_compacts_the_judged_rows_and_names_them_back():
@@ -17,3 +19,16 @@ def test_a_selection_compacts_the_judged_rows_and_names_them_back():
     assert sel.compact(21) == len(judged)
     assert row_selection(parts, ()) is None  # every row
     assert row_selection(parts, tuple(parts)) is None
+
+
+def test_shifted_rows_are_views_no_one_pitch_walks_with_nan_past_each_sequence():
+    pool = torch.arange(12.0).view(4, 3)
+    got = shifted_rows(pool, [3, 1, 0, 2], (2, 2), "cpu")
+    assert got.shape == (2, 2, 3) and got.stride() == (9, 3, 1)
+    assert torch.equal(got.reshape(4, 3), pool[[3, 1, 0, 2]])
+    with_past = torch.as_strided(got, (2, 3, 3), (9, 3, 1))
+    assert with_past[:, 2].isnan().all()  # the position past each sequence
+    walked = torch.as_strided(got, (4, 3), (3, 1))  # one pitch from the first row
+    assert not torch.equal(walked, got.reshape(4, 3))
+    ids = shifted_rows(torch.tensor([5, 6, 7]), [2, 0], (2, 1), "cpu")
+    assert ids.tolist() == [[7], [5]] and not ids.is_contiguous()

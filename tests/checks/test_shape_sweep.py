@@ -197,7 +197,36 @@ def test_a_chunked_path_for_2_27_to_2_31_logits_fails_at_the_widest_batch(
     assert res.message.startswith("at 1023 rows at vocab=262208"), res.message
     honest = run_one(catalog, op_name, "torch", "shape_sweep", dtype, shape, **kw)
     assert honest.status == "pass", honest.message
-    assert honest.metrics["shapes"] == 1 and "not_judged" not in honest.metrics, honest.metrics
+    assert honest.metrics["shapes"] == 2 and "not_judged" not in honest.metrics, honest.metrics
+
+
+@pytest.mark.slow  # ~1-2 min each: two 2^28-element batches with grad, twice
+@pytest.mark.parametrize(
+    ("op_name", "bug"),
+    [
+        ("logp", "broken_logp:backward_rows_walked_by_one_pitch_past_2_25"),
+        ("rms_norm", "broken_rms_norm:rows_walked_by_one_pitch_past_2_25_in_16_bits"),
+    ],
+)
+def test_rows_walked_by_one_pitch_past_2_25_fail_at_the_shifted_widest_batch(
+    catalog, monkeypatch, op_name, bug
+):
+    """Round-27 red teams' logp (backward) and 16-bit rms_norm walk the rows of a big
+    input whose lead dims do not collapse (``logits[:, :-1]``) by one pitch, with no
+    copy, from 2^24 elements: the contract's views stop at 2^23 (2^26 forward, first
+    dtype). The widest batch runs again as two shifted sequences; the honest one passes."""
+    from kernelcheck.checks import huge_rows
+
+    _huge_lead_alone(monkeypatch, lead="widest")
+    monkeypatch.setattr(huge_rows, "available_memory_bytes", lambda: 16 << 30)
+    shape = dict(catalog.ops[op_name].grid.shapes[0])
+    cat = with_op_candidate(catalog, op_name, "bug", bug)
+    res = run_one(cat, op_name, "bug", "shape_sweep", "bf16", shape)
+    assert res.status == "fail", res.message
+    assert "as 2 shifted sequences of" in res.message.split(":")[0], res.message
+    honest = run_one(catalog, op_name, "torch", "shape_sweep", "bf16", shape)
+    assert honest.status == "pass", honest.message
+    assert honest.metrics["shapes"] == 2 and "not_judged" not in honest.metrics, honest.metrics
 
 
 @pytest.mark.parametrize(
