@@ -425,8 +425,9 @@ def shifted_batch(op: OpSpec, label: str, sizes: dict[str, int]) -> tuple[str, d
     if len(op.lead) != 2:
         return None
     length = math.prod(sizes.get(d, 1) for d in op.lead) // 2
-    first, second = op.lead
-    return f"{label}, as 2 shifted sequences of {length}", {**sizes, first: 2, second: length}
+    inner = {d: n for d, n in sizes.items() if d not in op.lead}
+    lead = dict(zip(op.lead, (2, length)))  # spec order: its --shape reads as the others'
+    return f"{label}, as 2 shifted sequences of {length}", {**lead, **inner}
 
 
 def joint_shape(op: OpSpec, rows: int) -> list[tuple[str, dict[str, int]]]:
