@@ -105,10 +105,10 @@ def test_honest_logp_candidates_pass(planted, dtype):
 @pytest.mark.parametrize(
     "op",
     [
-        pytest.param("linear_logp", marks=pytest.mark.slow),  # training batches of GEMMs
+        pytest.param("linear_logp", marks=[pytest.mark.slow, pytest.mark.grid]),  # GEMMs
         "ratio_kl",
         "swiglu",
-        pytest.param("rms_norm", marks=pytest.mark.slow),
+        pytest.param("rms_norm", marks=[pytest.mark.slow, pytest.mark.grid]),
         "entropy",
     ],
 )

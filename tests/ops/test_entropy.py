@@ -85,6 +85,7 @@ def test_backward_precision_on_hand_written_backwards(catalog, name):
 
 
 @pytest.mark.slow
+@pytest.mark.grid
 def test_the_shipped_spec_passes_the_honest_candidate(catalog):
     report = api.run(catalog, "entropy", candidate_names=["torch"], isolate=False)
     assert report.results and report.passed, [

@@ -23,6 +23,7 @@ def test_gold_matches_the_definition():
 
 
 @pytest.mark.slow
+@pytest.mark.grid
 def test_the_shipped_spec_passes_the_honest_candidate(catalog):
     report = api.run(
         catalog, "linear_logp", candidate_names=["torch"], dtype_names="fp32,bf16", isolate=False

@@ -27,6 +27,7 @@ def test_gold_is_neutral_at_masked_positions_whatever_their_id():
 
 
 @pytest.mark.slow
+@pytest.mark.grid
 def test_the_shipped_spec_passes_the_honest_candidate(catalog):
     report = api.run(catalog, "ratio_kl", candidate_names=["torch"], isolate=False)
     assert report.results and report.passed, [

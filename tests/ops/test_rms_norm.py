@@ -35,6 +35,7 @@ def test_gold_matches_the_definition():
 
 
 @pytest.mark.slow
+@pytest.mark.grid
 def test_the_shipped_spec_passes_the_honest_candidate(catalog):
     report = api.run(catalog, "rms_norm", candidate_names=["torch"], isolate=False)
     assert report.results and report.passed, [

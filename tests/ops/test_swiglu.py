@@ -19,6 +19,7 @@ def test_gold_matches_the_definition():
 
 
 @pytest.mark.slow
+@pytest.mark.grid
 def test_the_shipped_spec_passes_the_honest_candidate(catalog):
     report = api.run(catalog, "swiglu", candidate_names=["torch"], isolate=False)
     assert report.results and report.passed, [
