@@ -13,6 +13,9 @@ from kernelcheck import api
 from kernelcheck.candidates import probe
 from kernelcheck.checks import CHECKS
 
+# the implementation names of the CPU library's builds (native:cpu-ISA)
+CPU_BUILDS = ("native:cpu-portable", "native:cpu-avx2", "native:cpu-avx512")
+
 
 @pytest.fixture(scope="module")
 def cpu_ready(catalog):
@@ -54,7 +57,7 @@ def test_cpu_kernel_passes_every_check(catalog, cpu_isa, dtype):
     assert set(results) == set(CHECKS)
     assert {k: r.message for k, r in results.items() if r.status != "pass"} == {}
     impl = f"native:cpu-{cpu_isa}"  # the build that ran: portable, avx2 or avx512
-    assert impl in ("native:cpu-portable", "native:cpu-avx2", "native:cpu-avx512")
+    assert impl in CPU_BUILDS
     assert all(r.implementation == impl for r in results.values())
 
 
@@ -72,7 +75,7 @@ def test_cpu_kernel_passes_the_default_grid(cpu_ready, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads(out.read_text())["results"]
     (impl,) = {r["implementation"] for r in results}  # one build ran it all: the fastest
-    assert impl in ("native:cpu-portable", "native:cpu-avx2", "native:cpu-avx512")
+    assert impl in CPU_BUILDS
     assert {r["status"] for r in results if r["status"] != "pass"} <= {"skip"}
     assert {r["shape"]["vocab"] for r in results if r["status"] == "pass"} >= {151936}
 

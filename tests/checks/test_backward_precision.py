@@ -108,7 +108,7 @@ def test_honest_logp_candidates_pass(planted, dtype):
         pytest.param("linear_logp", marks=[pytest.mark.slow, pytest.mark.grid]),  # GEMMs
         "ratio_kl",
         "swiglu",
-        pytest.param("rms_norm", marks=[pytest.mark.slow, pytest.mark.grid]),
+        pytest.param("rms_norm", marks=pytest.mark.slow),  # 15 s
         "entropy",
     ],
 )
