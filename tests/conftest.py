@@ -92,6 +92,22 @@ def run_one(catalog, op: str, candidate: str, check: str, dtype: str, shape: dic
     return res
 
 
+# The honest side of the planted-bug tests: (op spec, check, dtype, shape, options) ->
+# the shipped ``torch`` candidate's result. That candidate is pure and every run seeded,
+# so one run per worker answers each test asking the same question. Never for a test
+# that patches the checks (its answer is not the question's).
+_HONEST_RESULTS: dict[tuple, object] = {}
+
+
+def honest_result(catalog, op: str, check: str, dtype: str, shape: dict, **kw):
+    """``run_one`` of the shipped ``torch`` candidate, computed once per worker."""
+    options = repr(sorted(shape.items())), repr(sorted(kw.items()))
+    key = (repr(catalog.op(op)), check, dtype, *options)
+    if key not in _HONEST_RESULTS:
+        _HONEST_RESULTS[key] = run_one(catalog, op, "torch", check, dtype, shape, **kw)
+    return _HONEST_RESULTS[key]
+
+
 def failed_sweep_reproduces(spec: str, candidate: str, tmp_path) -> dict:
     """Run a planted spec's candidate through the CLI's bf16 ``shape_sweep`` (it must fail
     once), rerun the report's repro (it must fail again); the failed result."""

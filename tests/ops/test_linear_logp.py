@@ -7,7 +7,7 @@ import torch
 
 from kernelcheck import api
 from kernelcheck.ops import linear_logp
-from tests.conftest import FIXTURES, run_one, with_op_candidate
+from tests.conftest import FIXTURES, honest_result, run_one, with_op_candidate
 
 SMALL = {"tokens": 32, "hidden": 32, "vocab": 500}
 
@@ -54,11 +54,10 @@ PLANTED_BUGS = [
 @pytest.mark.parametrize("name,check,fragment", PLANTED_BUGS, ids=[p[0] for p in PLANTED_BUGS])
 def test_each_planted_bug_fails_its_check(name, check, fragment):
     planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
-    for cand, want in ((name, "fail"), ("torch", "pass")):
-        res = run_one(planted, "linear_logp", cand, check, "fp32", SMALL)
-        assert res.status == want, (cand, res.message)
-        if want == "fail":
-            assert fragment in res.message, res.message
+    bad = run_one(planted, "linear_logp", name, check, "fp32", SMALL)
+    assert bad.status == "fail" and fragment in bad.message, bad.message
+    honest = honest_result(planted, "linear_logp", check, "fp32", SMALL)
+    assert honest.status == "pass", honest.message
 
 
 def test_a_frozen_paths_precision_is_judged():
@@ -119,11 +118,11 @@ def test_a_weight_cache_fails_after_an_in_place_update(key):
     counter: the contract writes new values into the same tensors through ``.data``
     (no version bump, as DeepSpeed refreshes parameters), and the stale copy is served."""
     planted = api.load_catalog([FIXTURES / "planted_linear_logp.toml"])
-    for cand, want in ((f"weight-cached-by-{key}", "fail"), ("torch", "pass")):
-        res = run_one(planted, "linear_logp", cand, "contract", "bf16", SMALL)
-        assert res.status == want, (cand, res.message)
-        if want == "fail":
-            assert "weight, target updated in place between calls" in res.message
+    bad = run_one(planted, "linear_logp", f"weight-cached-by-{key}", "contract", "bf16", SMALL)
+    assert "weight, target updated in place between calls" in bad.message, bad.message
+    assert bad.status == "fail"
+    honest = honest_result(planted, "linear_logp", "contract", "bf16", SMALL)
+    assert honest.status == "pass", honest.message
 
 
 def test_the_gold_adds_the_bias_to_every_tokens_logits():
