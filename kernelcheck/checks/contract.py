@@ -89,6 +89,8 @@ IN_FLIGHT = 9
 MANY_IN_FLIGHT, MANY_IN_FLIGHT_ROWS = 33, 2
 # autograd's loud refusals of a backward through a tensor edited in place: a saved
 # tensor's version counter, a view made under no_grad whose base was edited
+# what a masked position of an ``any_value`` input holds in the masked probe's second pass
+NON_FINITE = (float("nan"), float("-inf"), float("inf"))
 INPLACE_REFUSALS = ("modified by an inplace operation", "has been modified inplace")
 
 
@@ -400,10 +402,18 @@ class Contract(Check):
     def _masked(self, trial: Trial) -> None:
         """Every other row masked out (with out-of-range ids there, when the rule says any
         id goes): exactly the declared outputs there, a zero gradient, and the active rows
-        as they are with the masked rows left as drawn."""
+        as they are with the masked rows left as drawn. Again with NaN, -inf and +inf in
+        the rule's ``any_value`` inputs there: a kernel that neutralises padding by
+        multiplying with the mask (``(lp - old) * m``) is exact on every finite value and
+        NaN on a rollout buffer's unwritten padding."""
         rule = self.ctx.op.masked
         if rule is None:
             return
+        self._masked_once(trial, rule, garbage=False)
+        if rule.any_value:
+            self._masked_once(trial, rule, garbage=True)
+
+    def _masked_once(self, trial: Trial, rule, garbage: bool) -> None:
         inputs, lead = self._head(trial)
         mask = inputs[rule.mask].reshape(-1)
         mask[:] = True
@@ -415,16 +425,23 @@ class Contract(Check):
             bound = self.ctx.sizes[self.ctx.op.input(name).index_of]
             for k, pos in enumerate(masked.tolist()):
                 ids[pos] = (pos % bound, -1, bound + 7)[k % 3]
+        held = ""
+        if garbage:
+            for name in rule.any_value:
+                rows = inputs[name].reshape(len(mask), -1)
+                for k, pos in enumerate(masked.tolist()):
+                    rows[pos] = NON_FINITE[k % len(NON_FINITE)]
+            held = f" with {', '.join(rule.any_value)} NaN, -inf, +inf there"
         before = len(self.problems)
         for inference in (False, True):  # a rollout's path may be a kernel of its own
             outs = self.ctx.call(self.ctx.to_device(inputs), inference)
-            self._masked_outputs(outs, masked, " under inference_mode" * inference)
+            self._masked_outputs(outs, masked, held + " under inference_mode" * inference)
         outs, nonzero = self._nonzero_gradients(trial, inputs, lead, masked)
-        self._masked_outputs(outs, masked, " (with grad)")
+        self._masked_outputs(outs, masked, held + " (with grad)")
         for n in nonzero:
-            self.problems.append(f"gradient:{n} is not zero at masked positions")
+            self.problems.append(f"gradient:{n} is not zero at masked positions{held}")
         if len(self.problems) == before:
-            self.passed.append(f"masked ({rule.mask} false) -> exact outputs")
+            self.passed.append(f"masked ({rule.mask} false) -> exact outputs{held}")
 
     def _masked_outputs(self, outs: list, masked: torch.Tensor, how: str) -> None:
         """A problem for each declared output of ``outs`` (one call's, named by ``how``)

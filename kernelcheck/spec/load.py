@@ -98,7 +98,7 @@ _TABLE_KEYS = {
     "backward": {"inputs"},
     "contract": {"out_of_range", "masked", "must_raise"},
     "contract.out_of_range": {"input", "values", "output", "outputs", "gradients"},
-    "contract.masked": {"mask", "outputs", "any_index"},
+    "contract.masked": {"mask", "outputs", "any_index", "any_value"},
     "contract.must_raise": {"input", "values", "where"},
     "grid": {"dtypes", "shapes", "seeds", "distributions", "left_out"},
     "candidate[]": _CANDIDATE_KEYS | {"op"},  # op: an add-on's, or its own op's name
@@ -355,7 +355,7 @@ def _parse_masked(t, path: Path, inputs, outputs: list[str]) -> MaskedRule | Non
     if t is None:
         return None
     key = "contract.masked"
-    _rule_table(t, path, key, {"mask", "outputs", "any_index"})
+    _rule_table(t, path, key, _TABLE_KEYS[key])
     mask = _input_of(t.get("mask"), ("mask",), inputs, path, f"{key}.mask")
     values = _get(t, "outputs", dict, path, key)
     for name, v in values.items():
@@ -367,7 +367,13 @@ def _parse_masked(t, path: Path, inputs, outputs: list[str]) -> MaskedRule | Non
         _input_of(n, ("index",), inputs, path, f"{key}.any_index")
         for n in _str_list(t, "any_index", path, key, default=[])
     )
-    return MaskedRule(mask, tuple((k, float(v)) for k, v in values.items()), any_index)
+    floats = [i.name for i in inputs if i.values not in ("index", "mask")]
+    any_value = tuple(_str_list(t, "any_value", path, key, default=[]))
+    for name in any_value:
+        if name not in floats:
+            raise SpecError(path, f"{key}.any_value", _unknown("float input", name, floats))
+    outs = tuple((k, float(v)) for k, v in values.items())
+    return MaskedRule(mask, outs, any_index, any_value)
 
 
 def _parse_must_raise(t, path: Path, inputs) -> RaiseRule | None:

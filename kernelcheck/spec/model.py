@@ -194,11 +194,14 @@ class OutOfRangeRule:
 class MaskedRule:
     """Where the bool input ``mask`` is false, each output in ``outputs`` is exactly its
     value and every row-wise gradient is zero, whatever the index inputs in
-    ``any_index`` hold there (out-of-range ids included): ratio_kl's neutral padding."""
+    ``any_index`` hold there (out-of-range ids included) and whatever the float inputs in
+    ``any_value`` hold there (NaN and infinities included: a rollout buffer's padding,
+    left as ``torch.empty`` gave it or filled with -inf): ratio_kl's neutral padding."""
 
     mask: str
     outputs: tuple[tuple[str, float], ...]
     any_index: tuple[str, ...] = ()
+    any_value: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -345,7 +348,9 @@ class OpSpec:
             switched_on=tuple(i.name for i in self.inputs if i.when and i.name not in off),
             inputs=tuple(replace(i, when=None) for i in self.inputs if i.name not in off),
             grad_inputs=tuple(n for n in self.grad_inputs if n not in off),
-            masked=kept(masked, *(masked and (masked.mask, *masked.any_index) or ())),
+            masked=kept(
+                masked, *(masked and (masked.mask, *masked.any_index, *masked.any_value) or ())
+            ),
             must_raise=kept(raises, *(raises and (raises.input, raises.where) or ())),
             out_of_range=kept(oor, *(oor and (oor.input,) or ())),
         )

@@ -37,6 +37,8 @@ def test_the_shipped_spec_passes_the_honest_candidate(catalog):
 
 PLANTED_BUGS = [
     ("masked-not-neutral", "ratio: masked position"),
+    # exact on every finite padding: NaN only where the padded old logps are not finite
+    ("masked-by-multiplying", "ratio with old_logps NaN, -inf, +inf there: masked position"),
     ("clamps-ids", "action_ids=-1 at an active position (attention_mask true) did not raise"),
     ("every-grad-assumed", "unused_outputs: candidate backward raised"),
     ("ignore-index-exempt", "action_ids=-100 at an active position"),

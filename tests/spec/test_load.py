@@ -160,6 +160,13 @@ BAD = [
         "unknown mask input 'target'",
     ),
     (
+        LOGP_HEAD
+        + '[[input]]\nname = "m"\nshape = ["batch"]\ndtype = "bool"\nvalues = "mask"\n'
+        + '[contract.masked]\nmask = "m"\noutputs = { logp = 0.0 }\nany_value = ["target"]\n',
+        "contract.masked.any_value",
+        "unknown float input 'target'; valid: logits",
+    ),
+    (
         LOGP_HEAD + '[contract.must_raise]\ninput = "target"\nvalues = [-1, 1.5]\n',
         "contract.must_raise.values",
         "ints or 'dim+N'",
@@ -623,3 +630,10 @@ def test_a_list_parameter_is_read_as_the_tuple_its_check_takes(tmp_path):
     ratio = write(tmp_path, LOGP_HEAD + "[checks.forward_precision]\nratio = [2]\n")
     with pytest.raises(SpecError, match="checks.forward_precision.ratio"):
         load_catalog([ratio], builtin=False)
+
+
+def test_ratio_kls_masked_rule_lets_the_old_logps_hold_anything_at_padding(catalog):
+    """A rollout buffer's padded old logps may be NaN (``torch.empty``) or -inf: the
+    masked rule plants them there (``any_value``), beside any id (``any_index``)."""
+    rule = catalog.op("ratio_kl").masked
+    assert (rule.any_index, rule.any_value) == (("action_ids",), ("old_logps",))
