@@ -79,6 +79,14 @@ DISTRIBUTIONS = {
     "spikes": "standard normal with one entry in 64 of each row (at least one) an outlier of "
     "+-100 to 200 at the same columns in every input of a shape: LLM activations' outlier "
     "channels, where an exp(x) overflows fp32 (past 88.7)",
+    "bands": "each row at one level: normal of std 0.5 about an offset of +-1 to 64 (log-uniform, "
+    "by row), so whole vectors sit in one regime of a nonlinearity (silu's tail, where fp32's "
+    "sigmoid is still below 1 up to 17): a vector's early-out when all its lanes pass a "
+    "threshold acts there, which scattered large values never trigger",
+    "peaked": "a converged policy's rows: one entry (at a random column) holding all but q of the "
+    "softmax, q from 1e-7 to 1e-2 (log-uniform), over a flat normal tail of std 0.5 to 2: whole "
+    "tiles then sit 20+ nats below the row's max, where a kernel that skips a tile as "
+    "negligible drops the tail mass an entropy weights by its -log p",
     "edges": "normal rows of std 4 (a logit's scale) whose 128 largest |entries| sit at the "
     "row's ends, the largest in the last column, the next in the first, and so on inwards: "
     "a vector body's head (alignment peel) and tail, handled apart, hold the row's mass "
@@ -92,6 +100,10 @@ TINY_SCALE = {"fp32": 1e-18, "bf16": 1e-18, "fp16": 1e-4}
 # a weight of this many entries or more has one exactly 0 (at a third of its length): a
 # backward that recovers x_hat as y / weight (a "memory-efficient" norm) divides by it
 ZERO_WEIGHT_FROM = 4
+BAND_OFFSETS = (1.0, 64.0)  # a bands row's |offset|, log-uniform by row
+BAND_STD = 0.5  # a bands row's spread about its offset: 32 lanes stay within +-2
+PEAKED_LOG10_Q = (2.0, 7.0)  # a peaked row's top entry holds p = 1 - 10^-u, u uniform
+PEAKED_TAIL_STD = (0.5, 2.0)  # a peaked row's tail std, uniform by row
 SPIKE_EVERY = 64  # one outlier column in 64; its place moves with the row
 SPIKE_RANGE = (100.0, 200.0)  # past exp's fp32 range; a product of two stays below fp16's max
 DRIFT_RANGE = (2.0, 8.0)  # a drifted row's perturbation std, uniform by row
@@ -214,6 +226,14 @@ def _draw_rows(rows: int, inner: tuple[int, ...], dist: str, dtype: str, gen: to
         return _lm_rows(rows, inner, gen)
     if dist == "spikes":
         return _spike_rows(rows, inner, gen)
+    if dist == "peaked":
+        return _peaked_rows(rows, inner, gen)
+    if dist == "bands":
+        low, high = BAND_OFFSETS
+        size = torch.rand((rows,), generator=gen, dtype=f32).mul_(math.log(high / low)).exp_()
+        sign = torch.randint(0, 2, (rows,), generator=gen).to(f32) * 2 - 1
+        offset = (sign * size * low).view(per_row)
+        return torch.randn(shape, generator=gen, dtype=f32).mul_(BAND_STD).add_(offset)
     if dist == "edges":
         x = torch.randn(shape, generator=gen, dtype=f32).mul_(EDGE_STD)
         return _edge_rows(x, rows, inner)
@@ -247,6 +267,24 @@ def _edge_rows(x: torch.Tensor, rows: int, inner: tuple[int, ...]) -> torch.Tens
     out[:, ends] = flat.gather(1, top)
     out[:, middle] = flat[rest].reshape(rows, width - k)
     return out.reshape(rows, *inner)
+
+
+def _peaked_rows(rows: int, inner: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Flat normal rows (std by row in PEAKED_TAIL_STD), each with one entry set to the
+    logsumexp of the others plus log((1 - q) / q): that entry holds p = 1 - q."""
+    width = math.prod(inner)
+    f32 = torch.float32
+    low, high = PEAKED_TAIL_STD
+    std = torch.rand((rows, 1), generator=gen, dtype=f32).mul_(high - low).add_(low)
+    x = torch.randn((rows, width), generator=gen, dtype=f32).mul_(std)
+    cols = torch.randint(0, max(width, 1), (rows, 1), generator=gen)
+    u_low, u_high = PEAKED_LOG10_Q
+    u = torch.rand((rows, 1), generator=gen, dtype=torch.float64) * (u_high - u_low) + u_low
+    if width > 1:
+        rest = x.double().scatter_(1, cols, float("-inf")).logsumexp(1, keepdim=True)
+        q = torch.pow(10.0, -u)
+        x.scatter_(1, cols, (rest + torch.log((1 - q) / q)).to(f32))
+    return x.reshape(rows, *inner)
 
 
 def _spike_rows(rows: int, inner: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:

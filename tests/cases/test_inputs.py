@@ -267,6 +267,39 @@ def test_spikes_meet_outlier_to_outlier(catalog, dtype, inter):
     assert torch.isfinite(t["gate"] * t["up"]).all()
 
 
+def test_peaked_rows_hold_all_but_a_sliver_in_one_entry_over_a_flat_tail(catalog):
+    """A converged policy's rows: the top entry holds p = 1 - q, q from 1e-7 to 1e-2,
+    and at the Qwen3 vocabulary every 4,096-column tile but the top's sits 20+ nats below
+    the row's max in a fifth of the rows (where a kernel may skip it as negligible)."""
+    op = catalog.op("entropy")
+    x = make_inputs(op, {"batch": 64, "vocab": 151936}, "fp32", 0, "peaked")["logits"]
+    q = 1 - torch.softmax(x.double(), -1).amax(-1)
+    assert (q > 0.9e-7).all() and (q < 1.1e-2).all()
+    assert (q < 1e-4).sum() >= 16 and (q > 1e-4).sum() >= 16
+    top = x.amax(-1, keepdim=True)
+    tiles = torch.nn.functional.pad(x, (0, -x.shape[-1] % 4096), value=-1e9).unflatten(
+        -1, (-1, 4096)
+    )
+    far = (tiles.amax(-1) < top - 20).sum(-1)
+    assert (far >= tiles.shape[1] - 1).sum() >= 8 and (far == 0).sum() >= 8
+
+
+def test_bands_rows_put_whole_warps_in_silus_tail(catalog):
+    """Each bands row sits at one level of +-1 to 64 (std 0.5): some rows hold 32 gates
+    in a row all between 8 and 17 (fp32's sigmoid below 1 there), some all below -8,
+    where a vector's early-out acts; scattered draws never give a whole warp there."""
+    op = catalog.op("swiglu")
+    gate = make_inputs(op, {"batch": 256, "inter": 64}, "fp32", 0, "bands")["gate"]
+    level = gate.mean(-1)
+    assert (level.abs() > 0.9).all() and (level.abs() < 65).all()
+    assert ((gate - level[:, None]).std(-1) < 0.7).all()
+    warps = gate.reshape(-1, 32)
+    assert ((warps >= 8) & (warps < 17)).all(-1).sum() >= 8
+    assert (warps <= -8).all(-1).sum() >= 8
+    normal = make_inputs(op, {"batch": 256, "inter": 64}, "fp32", 0, "heavy")["gate"]
+    assert not (normal.reshape(-1, 32).abs() >= 8).all(-1).any()
+
+
 @pytest.mark.parametrize("hidden", [64, 1024])
 def test_an_input_scale_formula_follows_the_shape(catalog, hidden):
     """linear_logp's lm_head is drawn at scale = "1/sqrt(hidden)" at every hidden size, so

@@ -93,6 +93,21 @@ def test_the_shipped_spec_passes_the_honest_candidate(catalog):
     ]
 
 
+def test_tiles_skipped_far_below_the_max_fail_on_peaked_rows_alone():
+    """A round-32 red team's fp32 entropy skipped each 4,096-column tile 20 nats below the
+    row's max: exact on every other distribution the grid draws (lm's tails reach within
+    20 nats of the max), off on a converged policy's rows, at the Qwen3 vocabulary."""
+    planted = api.load_catalog([FIXTURES / "planted_entropy.toml"])
+    others = "normal+large+masked+equal+heavy+lm"
+    shape = {"batch": 8, "vocab": 151936}
+    for dists, want in ((others, "pass"), ("peaked", "fail")):
+        for check in ("forward_accuracy", "forward_precision"):
+            res = run_one(
+                planted, "entropy", "far-tiles-skipped", check, "fp32", shape, distributions=dists
+            )
+            assert res.status == want, (dists, check, res.message)
+
+
 def test_an_unshifted_formula_fails_on_large_rows():
     planted = api.load_catalog([FIXTURES / "planted_entropy.toml"])
     bad = run_one(planted, "entropy", "unshifted", "forward_accuracy", "fp32", SMALL)

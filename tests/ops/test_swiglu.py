@@ -49,6 +49,8 @@ PLANTED_BUGS = [
         marks=pytest.mark.slow,
     ),
     ("exp-ratio-sigmoid", "forward_accuracy", "bf16", "NaN"),
+    # a round-32 red team's: exact on every gate that scattered draws put in a warp
+    ("warp-saturation-early-out", "forward_accuracy", "fp32", "[seed 0, bands]"),
     # one ulp off at most: only the direction shows
     ("gradient-truncated-to-bf16", "backward_precision", "bf16", "rounded toward zero"),
     # a flat pass's split points inside a vector: at 2 threads and round batches, never
@@ -86,6 +88,18 @@ def test_an_exp_that_overflows_past_the_heavy_range_fails_on_spikes_alone():
     for dists, want in (("normal+heavy+zero_rows", "pass"), ("spikes", "fail")):
         cand, check = "exp-ratio-sigmoid", "forward_accuracy"
         res = run_one(planted, "swiglu", cand, check, "fp32", SMALL, distributions=dists)
+        assert res.status == want, (dists, res.message)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_a_warp_wide_early_out_fails_on_bands_alone(dtype):
+    """A round-32 red team's swiglu took sigmoid as 1 (or silu as 0) once all 32 gates of
+    a warp pass +-8: exact on every other distribution the grid draws (their gates never
+    fill a warp there), off in every dtype on the bands rows."""
+    planted = api.load_catalog([FIXTURES / "planted_swiglu.toml"])
+    cand, check = "warp-saturation-early-out", "forward_accuracy"
+    for dists, want in (("normal+heavy+zero_rows+spikes", "pass"), ("bands", "fail")):
+        res = run_one(planted, "swiglu", cand, check, dtype, SMALL, distributions=dists)
         assert res.status == want, (dists, res.message)
 
 
