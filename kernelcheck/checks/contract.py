@@ -87,10 +87,10 @@ IN_FLIGHT = 9
 # calls of a few rows in flight at once, first in, first out: past rings of 16 and 32
 # workspaces (one per pipeline stage; 17+ micro-batches accumulated before the backwards)
 MANY_IN_FLIGHT, MANY_IN_FLIGHT_ROWS = 33, 2
-# autograd's loud refusals of a backward through a tensor edited in place: a saved
-# tensor's version counter, a view made under no_grad whose base was edited
 # what a masked position of an ``any_value`` input holds in the masked probe's second pass
 NON_FINITE = (float("nan"), float("-inf"), float("inf"))
+# autograd's loud refusals of a backward through a tensor edited in place: a saved
+# tensor's version counter, a view made under no_grad whose base was edited
 INPLACE_REFUSALS = ("modified by an inplace operation", "has been modified inplace")
 
 

@@ -367,11 +367,18 @@ def _parse_masked(t, path: Path, inputs, outputs: list[str]) -> MaskedRule | Non
         _input_of(n, ("index",), inputs, path, f"{key}.any_index")
         for n in _str_list(t, "any_index", path, key, default=[])
     )
-    floats = [i.name for i in inputs if i.values not in ("index", "mask")]
+    # a float input with a value at each masked position: its shape starts with the mask's
+    lead = tuple(next(i for i in inputs if i.name == mask).shape)
+    floats = [
+        i.name
+        for i in inputs
+        if i.values not in ("index", "mask") and tuple(i.shape[: len(lead)]) == lead
+    ]
     any_value = tuple(_str_list(t, "any_value", path, key, default=[]))
     for name in any_value:
         if name not in floats:
-            raise SpecError(path, f"{key}.any_value", _unknown("float input", name, floats))
+            what = f"float input of shape [{', '.join(lead)}, ...]"
+            raise SpecError(path, f"{key}.any_value", _unknown(what, name, floats))
     outs = tuple((k, float(v)) for k, v in values.items())
     return MaskedRule(mask, outs, any_index, any_value)
 

@@ -164,7 +164,15 @@ BAD = [
         + '[[input]]\nname = "m"\nshape = ["batch"]\ndtype = "bool"\nvalues = "mask"\n'
         + '[contract.masked]\nmask = "m"\noutputs = { logp = 0.0 }\nany_value = ["target"]\n',
         "contract.masked.any_value",
-        "unknown float input 'target'; valid: logits",
+        "unknown float input of shape [batch, ...] 'target'; valid: logits",
+    ),
+    (  # a shared input has no value at a masked position
+        LOGP_HEAD
+        + '[[input]]\nname = "m"\nshape = ["batch"]\ndtype = "bool"\nvalues = "mask"\n'
+        + '[[input]]\nname = "w"\nshape = ["vocab"]\nvalues = "weight"\n'
+        + '[contract.masked]\nmask = "m"\noutputs = { logp = 0.0 }\nany_value = ["w"]\n',
+        "contract.masked.any_value",
+        "unknown float input of shape [batch, ...] 'w'; valid: logits",
     ),
     (
         LOGP_HEAD + '[contract.must_raise]\ninput = "target"\nvalues = [-1, 1.5]\n',
