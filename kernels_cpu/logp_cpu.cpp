@@ -13,12 +13,13 @@
 //  * Columns are visited in chunks of kChunk columns (a multiple of 16, counted from the row
 //    start). Per chunk: pass 1 takes the per-lane max of the chunk's fp32 values (bf16/fp16 and
 //    a partial fp32 chunk are first decoded to an L1-resident fp32 scratch buffer; a full fp32
-//    chunk is read in place); pass 2 sums exp(x - lane_max) for the chunk's columns into a fresh
-//    per-lane chunk sum, in increasing column order; then each lane's running sum is rescaled to
-//    the new lane max and the chunk sum is added. Summing per chunk first (128 terms a lane)
-//    keeps the rounding error of a Qwen3-vocab row (151936 columns) near that of a pairwise
-//    sum: one running sum per lane over ~9500 terms missed the fp32 contract (1e-5) at V=151936,
-//    which kernelcheck's forward_accuracy caught. The row is read from memory once.
+//    chunk is read in place); each lane's running sum and its rounding error are rescaled to
+//    the new lane max; pass 2 adds exp(x - lane_max) for the chunk's columns to the lane's sum,
+//    in increasing column order, by compensated (Kahan) addition. Plain addition missed the
+//    fp32 contract twice: one running sum per lane over ~9500 terms at V=151936 (lm rows), and
+//    a chunk sum per lane (128 terms) on converged rows, where every term after the lane's
+//    max is below half an ulp of its sum and was dropped; kernelcheck caught both. The row is
+//    read from memory once.
 //  * The last partial group of 16 columns is padded with -inf in the scratch buffer and goes
 //    through the same lane code: exp(-inf - m) is exactly +0 and s + 0 == s, so padding is
 //    bit-for-bit the same as skipping. There is no separate scalar tail path at all.

@@ -14,9 +14,13 @@
 //    otherwise (and for the last, partial group): only the load instruction differs, the
 //    element-to-thread assignment and the accumulation order are identical, so the result does
 //    not depend on alignment.
-//  * Single online pass per thread: running max m and sum s = sum exp(x - m) in fp32. Per group:
-//    m' = max(m, group max); s = s * exp(m - m') (skipped when m' == m, where it would be * 1);
-//    then s += exp(x - m') for each column of the group in order.
+//  * Single online pass per thread: running max m and sum s = sum exp(x - m) in fp32, with the
+//    rounding error e that s carries (Kahan: the thread's sum is s - e). Per group:
+//    m' = max(m, group max); s, e = s, e * exp(m - m') (skipped when m' == m, where it would be
+//    * 1); then exp(x - m') is added for each column of the group in order, by compensated
+//    addition: on a converged row (one entry all but 1e-3 of the mass over a flat tail 17+ nats
+//    below) every term after a thread's max is below half an ulp of its sum of ~1, and plain
+//    addition dropped them (the CPU port lost 4e-6 of the row's sum so). s - e enters the merge.
 //  * (m, s) pairs are merged with merge(a, b) = (M, a.s * exp(a.m - M) + b.s * exp(b.m - M)),
 //    M = max(a.m, b.m), through a warp shuffle-down tree (offsets 16, 8, 4, 2, 1), then lane 0
 //    of each warp writes a __shared__ array of fixed shape [32]; warp 0 reads it (padding
@@ -121,20 +125,36 @@ __device__ inline MS warp_reduce(MS v) {
   return v;
 }
 
-// Accumulate one group of n (<= K) decoded columns into (m, s), columns in order.
+// One thread's running (m, s) and the rounding error e that s carries: its sum is s - e.
+struct Running {
+  float m;
+  float s;
+  float e;
+};
+
+// Accumulate one group of n (<= K) decoded columns into acc, columns in order, by compensated
+// (Kahan) addition; __fadd_rn/__fsub_rn keep the compiler from re-associating it away.
 template <int K>
-__device__ inline void accumulate_group(MS& acc, const float* x, int n) {
+__device__ inline void accumulate_group(Running& acc, const float* x, int n) {
   float gm = acc.m;
 #pragma unroll
   for (int i = 0; i < K; ++i)
     if (i < n) gm = fmaxf(gm, x[i]);
   if (gm != acc.m) {  // rescale only when the max moved (otherwise it is * exp(0) == * 1)
-    acc.s = __fmul_rn(acc.s, expf(acc.m - gm));
+    const float f = expf(acc.m - gm);
+    acc.s = __fmul_rn(acc.s, f);
+    acc.e = __fmul_rn(acc.e, f);
     acc.m = gm;
   }
 #pragma unroll
-  for (int i = 0; i < K; ++i)
-    if (i < n) acc.s = __fadd_rn(acc.s, expf(x[i] - gm));
+  for (int i = 0; i < K; ++i) {
+    if (i < n) {
+      const float y = __fsub_rn(expf(x[i] - gm), acc.e);
+      const float t = __fadd_rn(acc.s, y);
+      acc.e = __fsub_rn(__fsub_rn(t, acc.s), y);
+      acc.s = t;
+    }
+  }
 }
 
 // Fetch group g (columns [g*K, g*K + n)) into x. `vec` = row start is 16-byte aligned.
@@ -165,9 +185,10 @@ __device__ MS row_stats(const T* __restrict__ row, int64_t vocab, MS* shared_ms)
   const int B = blockDim.x;
   const bool vec = (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
   const int64_t groups = (vocab + K - 1) / K;
-  MS acc;
-  acc.m = -FLT_MAX;
-  acc.s = 0.0f;
+  Running run;
+  run.m = -FLT_MAX;
+  run.s = 0.0f;
+  run.e = 0.0f;
   int64_t g = threadIdx.x;
   // Two groups in flight per iteration for memory-level parallelism; the accumulation order
   // (group g, then g + B) is the same as in the one-group loop below.
@@ -176,15 +197,18 @@ __device__ MS row_stats(const T* __restrict__ row, int64_t vocab, MS* shared_ms)
     load_group<T>(row, g, K, vec, x0);
     const int n1 = static_cast<int>(cols_left<K>(vocab, g + B));
     load_group<T>(row, g + B, n1, vec, x1);
-    accumulate_group<K>(acc, x0, K);
-    accumulate_group<K>(acc, x1, n1);
+    accumulate_group<K>(run, x0, K);
+    accumulate_group<K>(run, x1, n1);
   }
   for (; g < groups; g += B) {
     float x[K];
     const int n = static_cast<int>(cols_left<K>(vocab, g));
     load_group<T>(row, g, n, vec, x);
-    accumulate_group<K>(acc, x, n);
+    accumulate_group<K>(run, x, n);
   }
+  MS acc;
+  acc.m = run.m;
+  acc.s = __fsub_rn(run.s, run.e);
 
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;

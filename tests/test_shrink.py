@@ -244,3 +244,27 @@ def test_an_error_is_never_shrunk_nor_noted():
     assert shrink_notes(report, {}) == []
     report.extra["shrunk"] = {}  # a run whose other failures were searched
     assert shrink_notes(report, {}) == []
+
+
+def test_every_distribution_has_a_place_in_the_simplest_first_order():
+    from kernelcheck.cases.inputs import DISTRIBUTIONS
+    from kernelcheck.runner.shrink import SIMPLEST_FIRST
+
+    assert sorted(SIMPLEST_FIRST) == sorted(DISTRIBUTIONS)
+
+
+@pytest.mark.slow  # ~15-30 s: 200 attempts at the Qwen3 vocab and below
+def test_a_failure_on_peaked_rows_alone_shrinks_to_them():
+    """A mixed trial failing on its one converged-policy row narrows to `peaked`, the one
+    distribution that shows the bug (it had stayed mixed: the order lacked it)."""
+    catalog = load_catalog([FIXTURES / "planted.toml"])
+    plan = api.plan(
+        catalog, "logp", candidate_names=["far-tiles-skipped"], device="cpu",
+        dtype_names="fp32", shape={"batch": 8, "vocab": 151936},
+        check_names="forward_accuracy", seeds=[5], isolate=False, sweeps=False,
+    )  # fmt: skip
+    (result,) = api.execute(plan).results
+    assert result.status == "fail" and result.failing_distribution == "peaked", result.message
+    out = shrink(catalog, "logp", result, plan.options, budget_s=120.0)
+    assert out.reproduced and out.status == "fail"
+    assert out.distribution == "peaked", out.distribution

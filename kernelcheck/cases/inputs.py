@@ -84,9 +84,11 @@ DISTRIBUTIONS = {
     "sigmoid is still below 1 up to 17): a vector's early-out when all its lanes pass a "
     "threshold acts there, which scattered large values never trigger",
     "peaked": "a converged policy's rows: one entry (at a random column) holding all but q of the "
-    "softmax, q from 1e-7 to 1e-2 (log-uniform), over a flat normal tail of std 0.5 to 2: whole "
-    "tiles then sit 20+ nats below the row's max, where a kernel that skips a tile as "
-    "negligible drops the tail mass an entropy weights by its -log p",
+    "softmax, q from 1e-7 to 1e-2 (log-uniform), over a flat normal tail of std 0.05 to 2 "
+    "(log-uniform): whole tiles then sit 20+ nats below the row's max yet hold mass, where a "
+    "kernel that skips a tile as negligible drops what a logsumexp sums and an entropy weighs. "
+    "In every other such row an index input selects the top entry (a converged policy's "
+    "sampled token)",
     "edges": "normal rows of std 4 (a logit's scale) whose 128 largest |entries| sit at the "
     "row's ends, the largest in the last column, the next in the first, and so on inwards: "
     "a vector body's head (alignment peel) and tail, handled apart, hold the row's mass "
@@ -105,7 +107,9 @@ BAND_STD = 0.5  # a bands row's spread about its offset: 32 lanes stay within +-
 # a peaked row's top entry holds p = 1 - 10^-u, u uniform: from 1e-2 to 1e-7, where a
 # Qwen3 row's tiles sit from within 20 nats of its max to all 20+ nats below it
 PEAKED_LOG10_Q = (2.0, 7.0)
-PEAKED_TAIL_STD = (0.5, 2.0)  # a peaked row's tail std, uniform by row
+# a peaked row's tail std, log-uniform by row: the flatter a tail, the more mass its tiles
+# hold at a given depth below the max (std 0.05: all of it; std 2: a few entries' worth)
+PEAKED_TAIL_STD = (0.05, 2.0)
 SPIKE_EVERY = 64  # one outlier column in 64; its place moves with the row
 SPIKE_RANGE = (100.0, 200.0)  # past exp's fp32 range; a product of two stays below fp16's max
 DRIFT_RANGE = (2.0, 8.0)  # a drifted row's perturbation std, uniform by row
@@ -272,20 +276,17 @@ def _edge_rows(x: torch.Tensor, rows: int, inner: tuple[int, ...]) -> torch.Tens
 
 
 def _peaked_rows(rows: int, inner: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
-    """Flat normal rows (std by row in PEAKED_TAIL_STD), each with one entry set to the
-    logsumexp of the others plus log((1 - q) / q): that entry holds p = 1 - q."""
+    """Flat normal rows (std by row in PEAKED_TAIL_STD), each with one entry (a random
+    column) set to hold p = 1 - q of its softmax, q = 10^-u, u uniform in PEAKED_LOG10_Q."""
     width = math.prod(inner)
-    f32 = torch.float32
     low, high = PEAKED_TAIL_STD
-    std = torch.rand((rows, 1), generator=gen, dtype=f32).mul_(high - low).add_(low)
-    x = torch.randn((rows, width), generator=gen, dtype=f32).mul_(std)
-    cols = torch.randint(0, max(width, 1), (rows, 1), generator=gen)
+    log_std = torch.rand((rows, 1), generator=gen, dtype=torch.float32) * math.log(high / low)
+    x = torch.randn((rows, width), generator=gen, dtype=torch.float32).mul_(log_std.exp_() * low)
+    cols = torch.randint(0, max(width, 1), (rows,), generator=gen)
     u_low, u_high = PEAKED_LOG10_Q
-    u = torch.rand((rows, 1), generator=gen, dtype=torch.float64) * (u_high - u_low) + u_low
+
     if width > 1:
-        rest = x.double().scatter_(1, cols, float("-inf")).logsumexp(1, keepdim=True)
-        q = torch.pow(10.0, -u)
-        x.scatter_(1, cols, (rest + torch.log((1 - q) / q)).to(f32))
+        _set_selected(x, cols, gen, lambda u: _log_odds_of_top(u, u_low, u_high))
     return x.reshape(rows, *inner)
 
 
@@ -374,6 +375,8 @@ def make_inputs(
             _confident(op, out, seed, salted, slice(k, None, len(parts)), dtype)
             if dtype in ("bf16", "fp16"):
                 _confident_through(op, out, seed, salted, slice(k, None, len(parts)))
+        if part == "peaked":
+            _selected_at_top(op, out, slice(k, None, len(parts)))
     for spec in op.inputs:
         if spec.values == "related":
             drawn = draw.related(spec, out[spec.related_to])
@@ -672,9 +675,8 @@ def _confident(
     low, high = CONFIDENT_LOG10_Q
     deep_low, deep_high = DEEP_NATS
 
-    def confident(u: torch.Tensor) -> torch.Tensor:  # log(p / (1 - p)), p = 1 - q
-        q = torch.pow(10.0, -(u * (high - low) + low))
-        return torch.log((1 - q) / q)
+    def confident(u: torch.Tensor) -> torch.Tensor:
+        return _log_odds_of_top(u, low, high)
 
     def deep(u: torch.Tensor) -> torch.Tensor:  # log(p / (1 - p)), p = e^-d
         d = u * (deep_high - deep_low) + deep_low
@@ -694,6 +696,28 @@ def _confident(
         if dtype in ("bf16", "fp16"):
             gen = _generator(seed, "deep", spec.name, salt)
             _set_selected(rows[1::4], selected[1::4], gen, deep)
+
+
+def _selected_at_top(op: OpSpec, tensors: dict[str, torch.Tensor], rows_of: slice) -> None:
+    """In every other row of ``rows_of`` (the first of them included), the entry an index
+    input selects swapped with the row's largest: a converged policy samples its top
+    token (p = 1 - q), whose logp of about -q an honest kernel gets to ulps of 1, so that
+    the whole error is what a kernel loses of the tail's q (a skipped tile's mass)."""
+    for spec in op.inputs:
+        selectors = [i.name for i in op.inputs if i.index_into == spec.name]
+        if spec.values != "case" or not selectors or tensors[spec.name].numel() < 2:
+            continue
+        x = tensors[spec.name]
+        width = x.shape[-1]
+        rows = x.view(-1, width)[rows_of][::2]
+        selected = tensors[selectors[0]].reshape(-1)[rows_of][::2]
+        if selected.numel() != rows.shape[0]:  # not one id per row: nothing to swap
+            continue
+        at = ((selected >= 0) & (selected < width)).nonzero().reshape(-1)
+        top, cols = rows.argmax(-1)[at], selected[at]
+        largest, chosen = rows[at, top].clone(), rows[at, cols].clone()
+        rows[at, top] = chosen
+        rows[at, cols] = largest
 
 
 def _confident_through(
@@ -754,6 +778,12 @@ def _moved_to_odds(rows: torch.Tensor, ids: torch.Tensor, weight: torch.Tensor, 
     done = ok & go & (f.abs() < 0.5) & torch.isfinite(f)
     moved = h + torch.where(done, c, 0.0)[:, None] * toward
     rows.copy_(torch.where(torch.isfinite(moved).all(1, keepdim=True), moved, h).to(rows.dtype))
+
+
+def _log_odds_of_top(u: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    """log(p / (1 - p)) of an entry holding p = 1 - q, q = 10^-(low + u (high - low))."""
+    q = torch.pow(10.0, -(u * (high - low) + low))
+    return torch.log((1 - q) / q)
 
 
 def _set_selected(rows: torch.Tensor, selected: torch.Tensor, gen, log_odds) -> None:

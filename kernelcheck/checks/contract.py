@@ -429,8 +429,8 @@ class Contract(Check):
         if garbage:
             for name in rule.any_value:
                 rows = inputs[name].reshape(len(mask), -1)
-                for k, pos in enumerate(masked.tolist()):
-                    rows[pos] = NON_FINITE[k % len(NON_FINITE)]
+                for k, pos in enumerate(masked.tolist()):  # a value meets more than one id kind
+                    rows[pos] = NON_FINITE[(k + k // 3) % len(NON_FINITE)]
             held = f" with {', '.join(rule.any_value)} NaN, -inf, +inf there"
         before = len(self.problems)
         for inference in (False, True):  # a rollout's path may be a kernel of its own

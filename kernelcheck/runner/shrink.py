@@ -8,9 +8,10 @@ still ends with the same status:
    then bisected to the smallest size that still fails;
 2. the other dims (vocab): the classic small sizes 1, 2, 16, 257 below the current one,
    else halving, then bisection;
-3. the distribution, simplest first: normal, equal, heavy, masked, lm, large. A mixed
-   trial (row r from the r-th of several distributions) is first narrowed to one
-   distribution, before the rows, so that fewer rows still hold the failing kind;
+3. the distribution, simplest first: normal, equal, heavy, masked, lm, large, then the
+   narrower ones (``SIMPLEST_FIRST``: every one). A mixed trial (row r from the r-th of
+   several distributions) is first narrowed to one distribution, before the rows, so
+   that fewer rows still hold the failing kind;
 4. the stages repeat until none reduces the case: the result is minimal, and shrinking
    its repro again finds nothing smaller.
 
@@ -35,7 +36,11 @@ from kernelcheck.runner.execute import Executor
 from kernelcheck.runner.repro import repro_command
 from kernelcheck.spec.load import Catalog
 
-SIMPLEST_FIRST = ("normal", "equal", "heavy", "masked", "lm", "large")
+# every distribution, the shapes of rows a reader takes in at a glance first
+SIMPLEST_FIRST = (
+    *("normal", "equal", "heavy", "masked", "lm", "large", "zero_rows", "tiny_rows"),
+    *("drifted", "bands", "peaked", "spikes", "edges"),
+)
 # what a search makes smaller: a kernel's own failure. An ``error`` (the candidate raised,
 # a library is missing, a value it cannot take) is no failing input to make smaller.
 SHRINKABLE = ("fail", "timeout", "crash")

@@ -270,18 +270,37 @@ def test_spikes_meet_outlier_to_outlier(catalog, dtype, inter):
 def test_peaked_rows_hold_all_but_a_sliver_in_one_entry_over_a_flat_tail(catalog):
     """A converged policy's rows: the top entry holds p = 1 - q, q from 1e-7 to 1e-2,
     and at the Qwen3 vocabulary every 4,096-column tile but the top's sits 20+ nats below
-    the row's max in a fifth of the rows (where a kernel may skip it as negligible)."""
+    the row's max in a fifth of the rows (where a kernel may skip it as negligible), in
+    some of them holding more than 1e-5 of the mass (what a logsumexp then loses)."""
     op = catalog.op("entropy")
     x = make_inputs(op, {"batch": 64, "vocab": 151936}, "fp32", 0, "peaked")["logits"]
-    q = 1 - torch.softmax(x.double(), -1).amax(-1)
+    p = torch.softmax(x.double(), -1)
+    q = 1 - p.amax(-1)
     assert (q > 0.9e-7).all() and (q < 1.1e-2).all()
     assert (q < 1e-4).sum() >= 16 and (q > 1e-4).sum() >= 16
     top = x.amax(-1, keepdim=True)
     tiles = torch.nn.functional.pad(x, (0, -x.shape[-1] % 4096), value=-1e9).unflatten(
         -1, (-1, 4096)
     )
-    far = (tiles.amax(-1) < top - 20).sum(-1)
+    far_tiles = tiles.amax(-1) < top - 20
+    far = far_tiles.sum(-1)
     assert (far >= tiles.shape[1] - 1).sum() >= 8 and (far == 0).sum() >= 8
+    tile_mass = torch.nn.functional.pad(p, (0, -p.shape[-1] % 4096)).unflatten(-1, (-1, 4096))
+    lost = (tile_mass.sum(-1) * far_tiles).sum(-1)
+    assert (lost > 1e-5).sum() >= 8
+
+
+def test_a_converged_policy_samples_its_top_token_in_every_other_peaked_row(catalog):
+    """logp's target (an index into the logits) is the peaked row's largest entry in every
+    other such row, its logp about -q; the other rows keep a drawn target."""
+    op = catalog.op("logp")
+    t = make_inputs(op, {"batch": 28, "vocab": 1000}, "fp32", 0, "normal+peaked")
+    rows, target = t["logits"][1::2], t["target"][1::2]
+    top = rows.argmax(-1)
+    at_top, drawn = target[::2], target[1::2]
+    in_range = (at_top >= 0) & (at_top < 1000)
+    assert in_range.sum() >= 4 and (at_top == top[::2])[in_range].all()
+    assert (drawn != top[1::2]).sum() >= 4
 
 
 def test_bands_rows_put_whole_warps_in_silus_tail(catalog):

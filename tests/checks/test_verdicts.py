@@ -140,7 +140,7 @@ def test_mixed_trial_failure_names_the_row_and_reruns_the_trial(planted):
     (r,) = report.results
     assert r.status == "fail"
     assert r.failing_distribution == "large" and ", large]" in r.message
-    assert r.distribution == "normal+large+masked+equal+heavy+lm"
+    assert r.distribution == "normal+large+masked+peaked+heavy+lm+equal"
     assert f"--distributions {r.distribution}" in r.repro
 
 

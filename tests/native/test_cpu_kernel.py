@@ -277,6 +277,19 @@ def test_forward_matches_float64(dtype, vocab):
     assert R.bits(out)[1].item() == 0 and R.bits(out)[3].item() == 0
 
 
+def test_a_converged_rows_tail_after_the_lane_max_counts():
+    """One entry 17 nats above a flat tail (p = 1 - 7e-4, a converged policy's row): each
+    tail term is below half an ulp of a lane's sum of ~1, and a lane that added them after
+    its max dropped them all (4.3e-6 off; every build). Kept by compensated addition,
+    the error is the fp32 rounding of the result."""
+    vocab = 16385
+    x = torch.randn(2, vocab, generator=_gen(3)).mul_(0.05)
+    x[:, 5 * 16 + 3] = 17.0  # lane 3 of the first chunk: ~120 of its terms follow the max
+    t = torch.tensor([5 * 16 + 3, 7])
+    err = (cpu.logp(x, t).double() - R.ref_logp(x, t)).abs()
+    assert err.max().item() < 1e-6, err
+
+
 def test_out_of_range_targets_are_positive_zero():
     x = _logits(6, 100, torch.float32)
     t = torch.tensor([-100, -1, 100, 101, 2**40, -(2**40)])

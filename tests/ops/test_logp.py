@@ -1,14 +1,16 @@
 """logp's temperature attribute: honest candidates apply it, native ones without the
-parameter run at 1.0 and are skipped elsewhere, and one that ignores it fails."""
+parameter run at 1.0 and are skipped elsewhere, and one that ignores it fails; and the
+grid's converged-policy (peaked) rows, where a tile-skipping logsumexp errs."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from kernelcheck import api
 from kernelcheck.errors import UsageError
 from kernelcheck.ops import logp
-from tests.conftest import SMALL, run_one, with_candidate
+from tests.conftest import FIXTURES, SMALL, honest_result, run_one, with_candidate
 
 
 def test_gold_and_its_analytic_gradient_apply_the_temperature():
@@ -138,3 +140,25 @@ def test_the_precision_floor_is_in_ulps_of_one_at_confident_tokens(catalog):
     cat = replace(catalog, ops={**catalog.ops, "logp": op})
     res = run_one(cat, "logp", "torch", "forward_precision", "fp32", shape, **kw)
     assert res.status == "fail" and "cancellation?" in res.message, res.message
+
+
+def test_tiles_skipped_far_below_the_max_fail_on_peaked_rows_alone(catalog):
+    """A logsumexp skipping each 4,096-column tile 20 nats below the row's max is exact on
+    every other distribution the grid draws and loses up to 2e-4 of a converged policy's
+    mass (its flat tail) at the Qwen3 vocabulary: peaked rows fail it."""
+    planted = api.load_catalog([FIXTURES / "planted.toml"])
+    shape = {"batch": 8, "vocab": 151936}
+    for dists, want in (("normal+large+masked+equal+heavy+lm", "pass"), ("peaked", "fail")):
+        res = run_one(
+            planted, "logp", "far-tiles-skipped", "forward_accuracy", "fp32", shape,
+            distributions=dists,
+        )  # fmt: skip
+        assert res.status == want, (dists, res.message)
+    honest = honest_result(
+        catalog, "logp", "forward_accuracy", "fp32", shape, distributions="peaked"
+    )
+    assert honest.status == "pass", honest.message
+    # the grid's own draw (its 6-row cases run each distribution alone) fails it too
+    grid = {"batch": 2, "seq": 3, "vocab": 32768}
+    res = run_one(planted, "logp", "far-tiles-skipped", "backward_precision", "fp32", grid)
+    assert res.status == "fail" and "peaked]" in res.message, res.message

@@ -97,6 +97,27 @@ def test_a_kl_bug_of_far_references_fails_on_drifted_rows_only(catalog, bug):
         assert want == "pass" or "output:kl" in res.message, res.message
 
 
+def test_tiles_skipped_far_below_the_max_fail_on_peaked_rows_alone(catalog):
+    """Logsumexps skipping each 4,096-column tile 20 nats below the row max: exact on every
+    other distribution drawn, off by a converged policy's lost tail on peaked rows (the
+    action at the top token: the ratio off by up to 2e-4 of itself) at the Qwen3 vocabulary."""
+    planted = api.load_catalog([FIXTURES / "planted_ratio_kl.toml"])
+    shape = {"batch": 8, "vocab": 151936}
+    others = "normal+large+masked+equal+heavy+lm+drifted"
+    for dists, want in ((others, "pass"), ("peaked", "fail")):
+        res = run_one(planted, "ratio_kl", "far-tiles-skipped", "forward_accuracy", "fp32",
+                      shape, distributions=dists)  # fmt: skip
+        assert res.status == want, (dists, res.message)
+    honest = honest_result(catalog, "ratio_kl", "forward_accuracy", "fp32", shape,
+                           distributions="peaked")  # fmt: skip
+    assert honest.status == "pass", honest.message
+    # the grid's own draw: with the action at the top, the gradient's other entries are the
+    # tail the skip drops (its 6-row cases run each distribution alone)
+    grid = {"batch": 2, "seq": 3, "vocab": 32768}
+    res = run_one(planted, "ratio_kl", "far-tiles-skipped", "backward_precision", "fp32", grid)
+    assert res.status == "fail" and "peaked]" in res.message, res.message
+
+
 def test_a_reference_sum_skipping_the_policy_masked_columns_fails_on_masked_rows(catalog):
     """A round-16 red team's one-pass kernel skips the policy's -inf columns in the
     reference's logsumexp too. Exact while the reference is masked alike; `masked` rows

@@ -54,7 +54,7 @@ def test_table_fits_80_columns_and_log_lines_are_whole():
         end = next(e for e in range(k, len(lines)) if not lines[e].endswith("\\"))
         repro = " ".join(x.rstrip("\\").strip() for x in lines[k : end + 1])
         # the trial's distributions, then the thread count the case ran at (side by side)
-        _, sep, tail = repro.partition("--distributions normal+large+masked+equal+heavy+lm")
+        _, sep, tail = repro.partition("--distributions normal+large+masked+peaked+heavy+lm+equal")
         assert sep and re.fullmatch(r"( --threads [0-9]+)?", tail), repro
     shrunk = [i for i, x in enumerate(lines) if ": shrunk: " in x or ": shrink: " in x]
     verdict = next(i for i, x in enumerate(lines) if x.startswith("FAILED: "))

@@ -50,7 +50,9 @@ def test_builtin_logp_spec(catalog):
     assert op.tolerance("forward_accuracy", "bf16").atol == 6e-2
     assert op.tolerance("forward_accuracy", "fp32").rtol == 0.0
     assert {"torch", "cpu", "cuda", "ascend"} <= set(op.candidates)
-    assert {"normal", "large", "masked", "equal", "heavy", "lm"} == set(op.grid.distributions)
+    assert {"normal", "large", "masked", "peaked", "heavy", "lm", "equal"} == set(
+        op.grid.distributions
+    )
     vocabs = {s["vocab"] for s in op.grid.shapes}
     assert {257, 10000, 151936} <= vocabs
     assert any("seq" not in s for s in op.grid.shapes) and any("seq" in s for s in op.grid.shapes)
