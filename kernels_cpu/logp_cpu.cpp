@@ -21,8 +21,9 @@
 //    max is below half an ulp of its sum and was dropped; kernelcheck caught both. The row is
 //    read from memory once.
 //  * The last partial group of 16 columns is padded with -inf in the scratch buffer and goes
-//    through the same lane code: exp(-inf - m) is exactly +0 and s + 0 == s, so padding is
-//    bit-for-bit the same as skipping. There is no separate scalar tail path at all.
+//    through the same lane code: exp(-inf - m) is exactly +0, which takes the compensated step
+//    like any term (it may fold the carried error into the sum), at positions fixed by V
+//    alone. There is no separate scalar tail path at all.
 //  * The 16 lanes are combined by a fixed pairwise tree: lane i + lane i+8, then i + i+4,
 //    i + i+2, i + i+1 (same tree for the max and for the rescaled sums), one scalar copy of it
 //    for every build.

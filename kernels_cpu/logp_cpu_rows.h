@@ -360,12 +360,9 @@ RowStats row_stats(const typename D::T* row, const typename D::T* next, int64_t 
     const V n = max(even, odd);
     // Rescale the running sum and its error to the new lane max (exp(0) == 1 exactly when
     // unchanged), then pass 2: each lane adds its columns of this chunk, in increasing column
-    // order, by compensated (Kahan) addition. This is the reduction order, the same in every
-    // build: a wider register only does more lanes per instruction, never regroups a lane's
-    // terms. The compensation keeps the terms that follow a lane's max: on a converged row
-    // (one entry holding all but 1e-3 of the mass over a flat tail 17+ nats below it) each
-    // such term is below half an ulp of the lane's sum of ~1, and plain addition dropped them
-    // all (up to 128 a chunk: 4e-6 of the row's sum, a logp gradient off by 1.1e-5 at g 2.5).
+    // order, by compensated (Kahan) addition (why: the header comment of logp_cpu.cpp). This
+    // is the reduction order, the same in every build: a wider register only does more lanes
+    // per instruction, never regroups a lane's terms.
     const V f = exp(m - n);
     s = s * f;
     e = e * f;

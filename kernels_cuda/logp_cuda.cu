@@ -16,11 +16,10 @@
 //    not depend on alignment.
 //  * Single online pass per thread: running max m and sum s = sum exp(x - m) in fp32, with the
 //    rounding error e that s carries (Kahan: the thread's sum is s - e). Per group:
-//    m' = max(m, group max); s, e = s, e * exp(m - m') (skipped when m' == m, where it would be
-//    * 1); then exp(x - m') is added for each column of the group in order, by compensated
-//    addition: on a converged row (one entry all but 1e-3 of the mass over a flat tail 17+ nats
-//    below) every term after a thread's max is below half an ulp of its sum of ~1, and plain
-//    addition dropped them (the CPU port lost 4e-6 of the row's sum so). s - e enters the merge.
+//    m' = max(m, group max); s and e each times exp(m - m') (skipped when m' == m, where it
+//    would be * 1); then exp(x - m') is added for each column of the group in order, by
+//    compensated addition (why: kernels_cpu/logp_cpu.cpp, whose lanes do the same). s - e
+//    enters the merge.
 //  * (m, s) pairs are merged with merge(a, b) = (M, a.s * exp(a.m - M) + b.s * exp(b.m - M)),
 //    M = max(a.m, b.m), through a warp shuffle-down tree (offsets 16, 8, 4, 2, 1), then lane 0
 //    of each warp writes a __shared__ array of fixed shape [32]; warp 0 reads it (padding
