@@ -11,14 +11,26 @@ IMPLEMENTATION = "torch:fp32-ratio_kl"
 
 
 def ratio_kl(policy_logits, ref_logits, action_ids, attention_mask, old_logps):
+    lp, lr = selected_logps(policy_logits, ref_logits, action_ids, attention_mask)
+    return ratio_and_kl(lp, lr, attention_mask, old_logps)
+
+
+def selected_logps(policy_logits, ref_logits, action_ids, attention_mask, logp_of=logp):
+    """The policy's logps of the actions (with grad) and the reference's (without), by
+    ``logp_of``; an id out of range at an active position raises."""
     vocab = policy_logits.shape[-1]
     bad = attention_mask & ((action_ids < 0) | (action_ids >= vocab))
     if bool(bad.any()):
         raise ValueError(f"action id outside [0, {vocab}) at an active (unmasked) position")
     safe = torch.where(attention_mask, action_ids, torch.zeros_like(action_ids))
-    lp = logp(policy_logits, safe)
+    lp = logp_of(policy_logits, safe)
     with torch.no_grad():
-        lr = logp(ref_logits, safe)
+        lr = logp_of(ref_logits, safe)
+    return lp, lr
+
+
+def ratio_and_kl(lp, lr, attention_mask, old_logps):
+    """exp(lp - old) and exp(d) - d - 1 (d = lr - lp) in fp32; 1 and 0 where masked."""
     zero = torch.zeros_like(lp)
     delta = torch.where(attention_mask, lp - old_logps.float(), zero)
     diff = torch.where(attention_mask, lr - lp, zero)

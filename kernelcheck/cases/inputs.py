@@ -284,7 +284,6 @@ def _peaked_rows(rows: int, inner: tuple[int, ...], gen: torch.Generator) -> tor
     x = torch.randn((rows, width), generator=gen, dtype=torch.float32).mul_(log_std.exp_() * low)
     cols = torch.randint(0, max(width, 1), (rows,), generator=gen)
     u_low, u_high = PEAKED_LOG10_Q
-
     if width > 1:
         _set_selected(x, cols, gen, lambda u: _log_odds_of_top(u, u_low, u_high))
     return x.reshape(rows, *inner)
@@ -682,6 +681,17 @@ def _confident(
         d = u * (deep_high - deep_low) + deep_low
         return -d - torch.log1p(-torch.exp(-d))
 
+    for name, rows, selected in _selected_rows(op, tensors, rows_of):
+        gen = _generator(seed, "confident", name, salt)
+        _set_selected(rows[::2], selected[::2], gen, confident)
+        if dtype in ("bf16", "fp16"):
+            gen = _generator(seed, "deep", name, salt)
+            _set_selected(rows[1::4], selected[1::4], gen, deep)
+
+
+def _selected_rows(op: OpSpec, tensors: dict[str, torch.Tensor], rows_of: slice):
+    """(name, rows ``rows_of`` as an [n, V] view, the ids selected in them) of each drawn
+    float input an index input selects into (logp's logits, ratio_kl's policy logits)."""
     for spec in op.inputs:
         selectors = [i.name for i in op.inputs if i.index_into == spec.name]
         if spec.values != "case" or not selectors:
@@ -689,13 +699,11 @@ def _confident(
         x = tensors[spec.name]
         if x.dim() == 0 or x.numel() == 0:
             continue
-        rows = x.view(-1, x.shape[-1])[rows_of]
-        selected = tensors[selectors[0]].reshape(-1)[rows_of]
-        gen = _generator(seed, "confident", spec.name, salt)
-        _set_selected(rows[::2], selected[::2], gen, confident)
-        if dtype in ("bf16", "fp16"):
-            gen = _generator(seed, "deep", spec.name, salt)
-            _set_selected(rows[1::4], selected[1::4], gen, deep)
+        yield (
+            spec.name,
+            x.view(-1, x.shape[-1])[rows_of],
+            tensors[selectors[0]].reshape(-1)[rows_of],
+        )
 
 
 def _selected_at_top(op: OpSpec, tensors: dict[str, torch.Tensor], rows_of: slice) -> None:
@@ -703,14 +711,8 @@ def _selected_at_top(op: OpSpec, tensors: dict[str, torch.Tensor], rows_of: slic
     input selects swapped with the row's largest: a converged policy samples its top
     token (p = 1 - q), whose logp of about -q an honest kernel gets to ulps of 1, so that
     the whole error is what a kernel loses of the tail's q (a skipped tile's mass)."""
-    for spec in op.inputs:
-        selectors = [i.name for i in op.inputs if i.index_into == spec.name]
-        if spec.values != "case" or not selectors or tensors[spec.name].numel() < 2:
-            continue
-        x = tensors[spec.name]
-        width = x.shape[-1]
-        rows = x.view(-1, width)[rows_of][::2]
-        selected = tensors[selectors[0]].reshape(-1)[rows_of][::2]
+    for _, all_rows, all_selected in _selected_rows(op, tensors, rows_of):
+        rows, selected, width = all_rows[::2], all_selected[::2], all_rows.shape[-1]
         if selected.numel() != rows.shape[0]:  # not one id per row: nothing to swap
             continue
         at = ((selected >= 0) & (selected < width)).nonzero().reshape(-1)
