@@ -432,14 +432,19 @@ class _Draw:
 
     def index(self, spec: InputSpec, gen: torch.Generator, shape: tuple[int, ...]):
         """Uniform in ``[0, size)``; a share at edge columns (at least one entry of a
-        trial, the first edge first); some ignored (out of range) where the spec says."""
+        trial, the first edge first); some ignored (out of range) where the spec says,
+        never in a distribution's first row while the trial has other rows: that row
+        carries its distribution's hazard at the selected entry (lm's confident token,
+        peaked's top one), and a Qwen3 case has one such row a distribution."""
         size = self.sizes[spec.index_of]
         t = torch.randint(0, size, shape, generator=gen, dtype=torch.int64)
         drop = torch.zeros(shape, dtype=torch.bool)
         if spec.out_of_range_fraction:
             drop = torch.rand(shape, generator=gen) < spec.out_of_range_fraction
+            judged = self.first_rows(shape)
+            drop &= ~judged
             # every trial of 2+ rows holds an ignored index, whatever the draw gave
-            _at_least_one(drop, torch.ones_like(drop), gen)
+            _at_least_one(drop, ~judged, gen)
         at_edge = (torch.rand(shape, generator=gen) < EDGE_INDEX_FRACTION) & ~drop
         _at_least_one(at_edge, ~drop, gen)
         edges = torch.tensor(edge_columns(size), dtype=torch.int64)
@@ -449,6 +454,15 @@ class _Draw:
         start = int(torch.randint(0, len(ignored), (), generator=gen))
         t[drop] = ignored[(torch.arange(int(drop.sum())) + start) % len(ignored)]
         return t.to(dtype)
+
+    def first_rows(self, shape: tuple[int, ...]) -> torch.Tensor:
+        """The entries (of an input of ``shape``, rows first) in each distribution's first
+        row of the trial; none where those are all its rows (a one-row trial)."""
+        first = torch.zeros(shape, dtype=torch.bool)
+        rows = shape[0] if shape else 1
+        if rows > len(parts_of(self.dist)):
+            first.view(rows, -1)[: len(parts_of(self.dist))] = True
+        return first
 
     def ignored_values(self, spec: InputSpec, dtype: torch.dtype) -> torch.Tensor:
         """The values an ignored entry of ``spec`` takes, in turn from a drawn start: the

@@ -87,6 +87,21 @@ def test_ignored_targets_take_each_out_of_range_value_of_the_contract(catalog):
     assert set(t[(t < 0) | (t >= 257)].tolist()) == {-100, -1, 257, 264, 2**32 + 1}
 
 
+def test_a_distributions_first_row_keeps_its_target_in_range(catalog):
+    """The first row of each distribution carries its hazard at the selected entry
+    (peaked's top token, lm's confident one), and a Qwen3 case has one such row a
+    distribution: an ignored target there left it unjudged (logp's seed 0 did). The
+    trial still holds an ignored target elsewhere."""
+    op = catalog.op("logp")
+    dist = "normal+large+masked+peaked+heavy+lm+equal"
+    for seed in range(24):
+        t = make_inputs(op, {"batch": 8, "vocab": 257}, "fp32", seed, dist)["target"]
+        assert ((t[:7] >= 0) & (t[:7] < 257)).all(), (seed, t)
+        assert not ((t[7:] >= 0) & (t[7:] < 257)).all(), (seed, t)
+    one = [make_inputs(op, {"batch": 1, "vocab": 257}, "fp32", s, "normal") for s in range(80)]
+    assert any(not 0 <= int(x["target"]) < 257 for x in one)  # a one-row trial still may
+
+
 def test_an_out_of_range_value_its_dtype_cannot_hold_is_never_drawn(catalog):
     import dataclasses
 
@@ -158,12 +173,12 @@ def test_generator_output_is_pinned(catalog):
         [1062607581, -1075465147, 1065212457, -1072473591, -1085105079, -1098035586],
         [-1102794256, -1078773278, 1066833967, -1096637467, -1098879768, 1067073216],
     ]
-    # an ignored row (one of the contract's out-of-range values), the other at the first
-    # edge column
-    assert x["target"].tolist() == [-1, 4]
+    # the first row (the distribution's first, never ignored) at the first edge column,
+    # the other ignored (one of the contract's out-of-range values)
+    assert x["target"].tolist() == [4, -1]
     y = make_inputs(op, {"batch": 2, "vocab": 6}, "bf16", 7, "lm")
     assert y["logits"].view(torch.int16).tolist() == [
-        [16364, 16587, -16161, -16369, 16047, 16539],
+        [16364, 16587, -16161, -16369, 16612, 16539],  # column 4 the confident target
         [16434, 16521, 16617, 16652, -16349, 16556],
     ]
 
