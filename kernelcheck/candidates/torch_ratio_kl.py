@@ -29,9 +29,15 @@ def selected_logps(policy_logits, ref_logits, action_ids, attention_mask, logp_o
     return lp, lr
 
 
-def ratio_and_kl(lp, lr, attention_mask, old_logps):
-    """exp(lp - old) and exp(d) - d - 1 (d = lr - lp) in fp32; 1 and 0 where masked."""
+def ratio_and_kl(lp, lr, attention_mask, old_logps, kl_of=None):
+    """exp(lp - old) and kl_of(d) (d = lr - lp; default exp(d) - d - 1) in fp32; 1 and 0
+    where masked."""
     zero = torch.zeros_like(lp)
     delta = torch.where(attention_mask, lp - old_logps.float(), zero)
     diff = torch.where(attention_mask, lr - lp, zero)
-    return torch.exp(delta), torch.exp(diff) - diff - 1
+    return torch.exp(delta), (kl_of or _k3)(diff)
+
+
+def _k3(d):
+    """Schulman's k3 estimator of KL(policy || reference) at one token."""
+    return torch.exp(d) - d - 1

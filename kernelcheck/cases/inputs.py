@@ -141,6 +141,13 @@ def parts_of(dist: str) -> list[str]:
     return dist.split(MIX)
 
 
+def first_rows(dist: str, rows: int) -> torch.Tensor:
+    """Each distribution's first row of a trial of ``dist`` (``[rows]``, row r drawn from
+    part r mod the parts): judged in full, its selected entry in range and its upstream
+    gradient live, as the only row a distribution may have."""
+    return torch.arange(rows) < len(parts_of(dist))
+
+
 def is_distribution(name: str) -> bool:
     return bool(name) and all(p in DISTRIBUTIONS for p in parts_of(name))
 
@@ -441,7 +448,9 @@ class _Draw:
         drop = torch.zeros(shape, dtype=torch.bool)
         if spec.out_of_range_fraction:
             drop = torch.rand(shape, generator=gen) < spec.out_of_range_fraction
-            judged = self.first_rows(shape)
+            first = first_rows(self.dist, shape[0])
+            first &= ~first.all()  # first rows alone (a one-row trial): the plain draw
+            judged = first.view(-1, *[1] * (len(shape) - 1)).expand(shape)
             drop &= ~judged
             # every trial of 2+ rows holds an ignored index, whatever the draw gave
             _at_least_one(drop, ~judged, gen)
@@ -454,15 +463,6 @@ class _Draw:
         start = int(torch.randint(0, len(ignored), (), generator=gen))
         t[drop] = ignored[(torch.arange(int(drop.sum())) + start) % len(ignored)]
         return t.to(dtype)
-
-    def first_rows(self, shape: tuple[int, ...]) -> torch.Tensor:
-        """The entries (of an input of ``shape``, rows first) in each distribution's first
-        row of the trial; none where those are all its rows (a one-row trial)."""
-        first = torch.zeros(shape, dtype=torch.bool)
-        rows = shape[0] if shape else 1
-        if rows > len(parts_of(self.dist)):
-            first.view(rows, -1)[: len(parts_of(self.dist))] = True
-        return first
 
     def ignored_values(self, spec: InputSpec, dtype: torch.dtype) -> torch.Tensor:
         """The values an ignored entry of ``spec`` takes, in turn from a drawn start: the

@@ -17,7 +17,7 @@ from functools import cached_property
 import torch
 
 from kernelcheck import gold
-from kernelcheck.cases.inputs import parts_of
+from kernelcheck.cases.inputs import first_rows
 from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.differentiable import differentiable_call
 from kernelcheck.checks.input_writes import InputWriteDetector
@@ -167,7 +167,7 @@ class Trial(TrialMemory, InputWriteDetector):
         a row an op's own mask input masks out (its gradient is zero by contract; a zero
         upstream there would hide one that leaks)."""
         rows = math.prod(self.ctx.lead)
-        allowed = torch.arange(rows) >= len(parts_of(self.distribution))
+        allowed = ~first_rows(self.distribution, rows)
         for spec in self.ctx.op.inputs:
             mask = self.cpu_inputs.get(spec.name) if spec.values == "mask" else None
             if mask is not None and mask.numel() == rows:
