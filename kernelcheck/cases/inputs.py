@@ -148,6 +148,19 @@ def first_rows(dist: str, rows: int) -> torch.Tensor:
     return torch.arange(rows) < len(parts_of(dist))
 
 
+def selected_hazard_rows(dist: str, rows: int) -> torch.Tensor:
+    """The rows of a trial of ``dist`` whose selected entry their distribution sets (every
+    other row of an `lm` or `peaked` part, its first included: a confident token, a top
+    token), where the hazard shows in the backward (g (1 - p) cancelling, a tail's mass
+    that a skip drops): a zero upstream there leaves it unjudged."""
+    parts = parts_of(dist)
+    out = torch.zeros(rows, dtype=torch.bool)
+    for k, part in enumerate(parts):
+        if part in ("lm", "peaked"):
+            out[k :: len(parts)][::2] = True
+    return out
+
+
 def is_distribution(name: str) -> bool:
     return bool(name) and all(p in DISTRIBUTIONS for p in parts_of(name))
 

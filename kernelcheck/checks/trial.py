@@ -17,7 +17,7 @@ from functools import cached_property
 import torch
 
 from kernelcheck import gold
-from kernelcheck.cases.inputs import first_rows
+from kernelcheck.cases.inputs import first_rows, selected_hazard_rows, sparse_seed
 from kernelcheck.checks.context import CaseContext
 from kernelcheck.checks.differentiable import differentiable_call
 from kernelcheck.checks.input_writes import InputWriteDetector
@@ -165,9 +165,12 @@ class Trial(TrialMemory, InputWriteDetector):
         """Upstream gradients with a loss mask (exact zeros) on some rows: never a
         distribution's first row (a sweep's only one, whose gradient must be judged), nor
         a row an op's own mask input masks out (its gradient is zero by contract; a zero
-        upstream there would hide one that leaks)."""
+        upstream there would hide one that leaks), nor, but at sparse seeds (whose few
+        live rows are their hazard), a row whose selected entry its distribution set."""
         rows = math.prod(self.ctx.lead)
         allowed = ~first_rows(self.distribution, rows)
+        if not sparse_seed(self.seed):
+            allowed &= ~selected_hazard_rows(self.distribution, rows)
         for spec in self.ctx.op.inputs:
             mask = self.cpu_inputs.get(spec.name) if spec.values == "mask" else None
             if mask is not None and mask.numel() == rows:

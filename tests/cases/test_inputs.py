@@ -455,6 +455,17 @@ def test_a_trials_upstream_is_zero_on_the_rows_a_loss_mask_drops():
     assert torch.equal(rows[~zero], plain[~zero])
 
 
+def test_the_rows_whose_selected_entry_a_distribution_sets_are_named():
+    """Every other row of an lm or peaked part (its first included): the trial's upstream
+    keeps them live but at sparse seeds (checks/trial.py)."""
+    from kernelcheck.cases.inputs import selected_hazard_rows
+
+    assert selected_hazard_rows("peaked", 6).tolist() == [True, False] * 3
+    mixed = selected_hazard_rows("normal+peaked+lm", 12)
+    assert mixed.nonzero().reshape(-1).tolist() == [1, 2, 7, 8]
+    assert not selected_hazard_rows("normal+heavy", 8).any()
+
+
 @pytest.mark.parametrize("vocab", [2, 3, 4, 5])
 def test_masked_runs_never_mask_a_whole_short_row(catalog, vocab):
     """A first-half run plus scattered -inf could fill a short row (the gold of a fully

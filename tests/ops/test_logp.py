@@ -164,3 +164,10 @@ def test_tiles_skipped_far_below_the_max_fail_on_peaked_rows_alone(catalog):
         planted, "logp", "far-tiles-skipped", "forward_accuracy", "fp32", shape, seeds=[0]
     )
     assert res.status == "fail" and "peaked]" in res.message, res.message
+    # and the 2x3x10000 case's peaked trial at seed 0, whose top-token row 4 (where the
+    # skip drops 60% of the tail) the loss mask once silenced with a zero upstream
+    grid = {"batch": 2, "seq": 3, "vocab": 10000}
+    res = run_one(
+        planted, "logp", "far-tiles-skipped", "backward_precision", "fp32", grid, seeds=[0]
+    )
+    assert res.status == "fail" and "peaked]" in res.message, res.message
