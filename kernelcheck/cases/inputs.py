@@ -157,8 +157,15 @@ def selected_hazard_rows(dist: str, rows: int) -> torch.Tensor:
     out = torch.zeros(rows, dtype=torch.bool)
     for k, part in enumerate(parts):
         if part in ("lm", "peaked"):
-            out[k :: len(parts)][::2] = True
+            _set_rows(out[k :: len(parts)]).fill_(True)
     return out
+
+
+def _set_rows(part_rows: torch.Tensor) -> torch.Tensor:
+    """The rows of one part (a view) whose selected entry the draw sets: every other row,
+    its first included. The one home of that rule, for the draw and for
+    :func:`selected_hazard_rows`."""
+    return part_rows[::2]
 
 
 def is_distribution(name: str) -> bool:
@@ -710,7 +717,7 @@ def _confident(
 
     for name, rows, selected in _selected_rows(op, tensors, rows_of):
         gen = _generator(seed, "confident", name, salt)
-        _set_selected(rows[::2], selected[::2], gen, confident)
+        _set_selected(_set_rows(rows), _set_rows(selected), gen, confident)
         if dtype in ("bf16", "fp16"):
             gen = _generator(seed, "deep", name, salt)
             _set_selected(rows[1::4], selected[1::4], gen, deep)
@@ -739,7 +746,8 @@ def _selected_at_top(op: OpSpec, tensors: dict[str, torch.Tensor], rows_of: slic
     token (p = 1 - q), whose logp of about -q an honest kernel gets to ulps of 1, so that
     the whole error is what a kernel loses of the tail's q (a skipped tile's mass)."""
     for _, all_rows, all_selected in _selected_rows(op, tensors, rows_of):
-        rows, selected, width = all_rows[::2], all_selected[::2], all_rows.shape[-1]
+        rows, selected = _set_rows(all_rows), _set_rows(all_selected)
+        width = all_rows.shape[-1]
         if selected.numel() != rows.shape[0]:  # not one id per row: nothing to swap
             continue
         at = ((selected >= 0) & (selected < width)).nonzero().reshape(-1)
@@ -772,8 +780,8 @@ def _confident_through(
         vocab = op.input(spec.logits_with).shape[0]
         index = next(i for i in op.inputs if i.values == "index" and i.index_of == vocab)
         x = tensors[spec.name]
-        rows = x.view(-1, x.shape[-1])[rows_of][::2]
-        ids = tensors[index.name].reshape(-1)[rows_of][::2]
+        rows = _set_rows(x.view(-1, x.shape[-1])[rows_of])
+        ids = _set_rows(tensors[index.name].reshape(-1)[rows_of])
         gen = _generator(seed, "confident", spec.name, salt)
         u = torch.rand(rows.shape[0], generator=gen, dtype=torch.float64)
         q = torch.pow(10.0, -(u * (high - low) + low))

@@ -455,15 +455,38 @@ def test_a_trials_upstream_is_zero_on_the_rows_a_loss_mask_drops():
     assert torch.equal(rows[~zero], plain[~zero])
 
 
-def test_the_rows_whose_selected_entry_a_distribution_sets_are_named():
-    """Every other row of an lm or peaked part (its first included): the trial's upstream
-    keeps them live but at sparse seeds (checks/trial.py)."""
-    from kernelcheck.cases.inputs import selected_hazard_rows
+@pytest.mark.parametrize("dist", ["peaked", "normal+peaked+lm", "lm+normal"])
+def test_the_rows_named_for_their_selected_entry_are_the_rows_the_draw_sets(catalog, dist):
+    """selected_hazard_rows (which the trial's upstream keeps live, checks/trial.py) names
+    the rows whose selected entry the draw set: a peaked row's top token, an lm row's
+    confident one (p from 0.5 to 0.999); the lm or peaked rows it leaves out keep their
+    drawn targets."""
+    from kernelcheck.cases.inputs import row_distribution, selected_hazard_rows
 
-    assert selected_hazard_rows("peaked", 6).tolist() == [True, False] * 3
-    mixed = selected_hazard_rows("normal+peaked+lm", 12)
-    assert mixed.nonzero().reshape(-1).tolist() == [1, 2, 7, 8]
-    assert not selected_hazard_rows("normal+heavy", 8).any()
+    rows = 36
+    x = make_inputs(catalog.op("logp"), {"batch": rows, "vocab": 1000}, "fp32", 0, dist)
+    logits, target = x["logits"].double(), x["target"]
+    ok = (target >= 0) & (target < 1000)
+    p = torch.softmax(logits, -1).gather(1, target.clamp(0, 999)[:, None])[:, 0]
+    set_by_draw = torch.tensor(
+        [
+            bool(ok[r])
+            and {
+                "peaked": int(target[r]) == int(logits[r].argmax()),
+                "lm": 0.45 < p[r] < 0.9995,
+            }.get(row_distribution(dist, r), False)
+            for r in range(rows)
+        ]
+    )
+    named = selected_hazard_rows(dist, rows) & ok  # an ignored target sets nothing
+    assert int(named.sum()) >= 6 and bool(set_by_draw[named].all())
+    left_out = (
+        ok
+        & ~named
+        & torch.tensor([row_distribution(dist, r) in ("lm", "peaked") for r in range(rows)])
+    )
+    assert int(left_out.sum()) >= 6  # mostly as drawn (an lm target may be confident anyway)
+    assert int((~set_by_draw[left_out]).sum()) > int(left_out.sum()) // 2
 
 
 @pytest.mark.parametrize("vocab", [2, 3, 4, 5])
