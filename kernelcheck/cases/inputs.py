@@ -590,9 +590,10 @@ class _Draw:
 
     def old_logps(self, spec: InputSpec, out: dict[str, torch.Tensor]) -> torch.Tensor:
         """``values = "logp"``: the selected logps of ``related_to`` (float64, of the drawn
-        logits, at the index input pointing into them) minus N(0, OLD_LOGP_STEP^2); stale
-        rows STALE_NATS lower (see there). -Exp(1) where no logp is selected (an index
-        out of range) or it is past STALE_TO."""
+        logits, at the index input pointing into them) minus N(0, OLD_LOGP_STEP^2), the
+        step reversed where it would lift the logp past 0; stale rows STALE_NATS lower
+        (see there). -Exp(1) where no logp is selected (an index out of range) or it is
+        past STALE_TO."""
         n = self.nrows
         base = out[spec.related_to]
         logits = base.reshape(n, base.shape[-1])
@@ -601,7 +602,10 @@ class _Draw:
         valid = (ids >= 0) & (ids < logits.shape[1])
         lp = _selected_logps(logits, torch.where(valid, ids, 0))
         gen = _generator(self.seed, self.dist, spec.name, self.salt)
-        old = lp - torch.randn(n, generator=gen, dtype=torch.float64) * OLD_LOGP_STEP
+        step = torch.randn(n, generator=gen, dtype=torch.float64) * OLD_LOGP_STEP
+        # a step that would lift a near-certain token's logp past 0 (p > 1) is taken the
+        # other way: a real old policy's logp is never positive, and a kernel may rely on it
+        old = torch.where(lp - step > 0, lp + step, lp - step)
         usable = valid & (lp >= -STALE_TO)
         free = torch.empty(n, dtype=torch.float64).exponential_(1.0, generator=gen).neg_()
         old = torch.where(usable, old, free)

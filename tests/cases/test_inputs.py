@@ -518,14 +518,16 @@ def test_old_logps_follow_the_policy_with_stale_rows_where_the_gradient_holds_th
     """values = "logp": the policy's own selected logps give or take a PPO step (ratio
     ~1), one row in 8 stale (log-ratio 20 to 40; fp16 4 to 8, where its gradient still
     fits), never at a confident target, whose gradient term cancels; drawn apart past
-    STALE_TO (a 16-bit lm row's deep targets)."""
+    STALE_TO (a 16-bit lm row's deep targets); never above 0, a peaked row's top token's
+    included."""
     from kernelcheck.cases.inputs import OLD_LOGP_STEP, STALE_FROM, STALE_NATS, STALE_TO
     from kernelcheck.ops import ratio_kl
 
     op = catalog.op("ratio_kl")
-    for dist in ("normal", "lm", "heavy", "masked"):
+    for dist in ("normal", "lm", "heavy", "masked", "peaked"):
         x = make_inputs(op, RATIO_KL_SIZES, dtype, 0, dist)
         assert x["old_logps"].dtype == torch.float32
+        assert bool((x["old_logps"] <= 0).all()), dist  # a probability's log, at a top token too
         pol, ids = x["policy_logits"].double(), x["action_ids"]
         lp = torch.log_softmax(pol, -1).gather(-1, ids.clamp(min=0).unsqueeze(-1)).squeeze(-1)
         log_ratio = lp - x["old_logps"].double()

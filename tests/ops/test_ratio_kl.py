@@ -223,3 +223,21 @@ def test_the_gradient_scale_is_the_size_of_the_terms():
     c = grad[torch.arange(2), ids[:2]].abs() / (1 - p)
     torch.testing.assert_close(scale[torch.arange(2), ids[:2]], c * (1 + p), rtol=1e-12, atol=0)
     assert float(scale[2].sum()) == 0.0
+
+
+@pytest.mark.parametrize("dist", ["peaked", "lm"])
+def test_a_kernel_that_caps_the_old_logps_at_zero_passes(catalog, dist):
+    """Drawn old logps are never above 0: a peaked or lm row's top token (logp about
+    -10^-4) stepped by N(0, 0.2^2) was above 0 in half its rows, where a kernel that
+    caps a log-probability at 0 (honest on every real input) failed forward_accuracy."""
+    from tests.conftest import with_op_candidate
+
+    capped = with_op_candidate(
+        catalog, "ratio_kl", "capped", "honest_ratio_kl:old_logps_capped_at_zero"
+    )
+    res = run_one(capped, "ratio_kl", "capped", "forward_accuracy", "fp32", SMALL)
+    assert res.status == "pass", res.message
+    res = run_one(
+        capped, "ratio_kl", "capped", "forward_accuracy", "fp32", SMALL, distributions=[dist]
+    )
+    assert res.status == "pass", res.message
