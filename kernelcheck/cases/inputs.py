@@ -120,7 +120,8 @@ DRIFT_RANGE = (2.0, 8.0)  # a drifted row's perturbation std, uniform by row
 DRIFT_OFFSET = (90.0, 120.0)
 LM_LOGP_FLOOR = 60.0  # the lm tail is clipped at logsumexp - 60: |logp| < 64 (fp32 contract)
 # values = "logp": an old policy's log-probability of each selected token, the current
-# policy's (its drawn logits') give or take a PPO step (OLD_LOGP_STEP nats, ratio ~1);
+# policy's (its drawn logits') give or take a PPO step (OLD_LOGP_STEP nats, ratio ~1; never
+# above 0, so at a near-certain token the step only lowers it: ratio >= 1 there);
 # one row in STALE_EVERY (at least one per trial of 2+) STALE_NATS lower, a token the old
 # policy had all but ruled out (stale or off-policy data): log-ratios past +20, where a
 # clamp (verl's +-20) acts. Only at targets of p <= e^-STALE_FROM (a confident target's
@@ -149,10 +150,12 @@ def first_rows(dist: str, rows: int) -> torch.Tensor:
 
 
 def selected_hazard_rows(dist: str, rows: int) -> torch.Tensor:
-    """The rows of a trial of ``dist`` whose selected entry their distribution sets (every
-    other row of an `lm` or `peaked` part, its first included: a confident token, a top
-    token), where the hazard shows in the backward (g (1 - p) cancelling, a tail's mass
-    that a skip drops): a zero upstream there leaves it unjudged."""
+    """The rows of a trial of ``dist`` whose selected entry their distribution may set (the
+    :func:`_set_rows` of each `lm` or `peaked` part: a confident token, a top token), where
+    the hazard shows in the backward (g (1 - p) cancelling, a tail's mass that a skip
+    drops): a zero upstream there leaves it unjudged. By distribution alone, so a superset
+    where an op has no index input (entropy) or its draw sets none (linear_logp's fp32 lm
+    rows): those rows only keep a live upstream."""
     parts = parts_of(dist)
     out = torch.zeros(rows, dtype=torch.bool)
     for k, part in enumerate(parts):
@@ -162,10 +165,16 @@ def selected_hazard_rows(dist: str, rows: int) -> torch.Tensor:
 
 
 def _set_rows(part_rows: torch.Tensor) -> torch.Tensor:
-    """The rows of one part (a view) whose selected entry the draw sets: every other row,
-    its first included. The one home of that rule, for the draw and for
+    """The rows of one part (a view) whose selected entry an `lm` or `peaked` draw sets:
+    every other row, its first included. The one home of that rule, for the draw and for
     :func:`selected_hazard_rows`."""
     return part_rows[::2]
+
+
+def _unset_rows(part_rows: torch.Tensor) -> torch.Tensor:
+    """The rows of one part that :func:`_set_rows` leaves out: a second rule of the draw
+    (an lm part's deep targets) takes its rows from these, never overwriting the first's."""
+    return part_rows[1::2]
 
 
 def is_distribution(name: str) -> bool:
@@ -724,7 +733,8 @@ def _confident(
         _set_selected(_set_rows(rows), _set_rows(selected), gen, confident)
         if dtype in ("bf16", "fp16"):
             gen = _generator(seed, "deep", name, salt)
-            _set_selected(rows[1::4], selected[1::4], gen, deep)
+            others, their_ids = _unset_rows(rows), _unset_rows(selected)
+            _set_selected(_set_rows(others), _set_rows(their_ids), gen, deep)
 
 
 def _selected_rows(op: OpSpec, tensors: dict[str, torch.Tensor], rows_of: slice):

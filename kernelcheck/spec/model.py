@@ -76,7 +76,7 @@ VALUE_KINDS = {
     "weight": "a norm's weight: 1 + 0.1 * standard normal",
     "mask": "bool, true_fraction of them true (an attention mask)",
     "logp": "an old policy's logps of the tokens selected in related_to: the current ones "
-    "give or take 0.2 nats, one row in 8 20 to 40 nats lower (stale data)",
+    "give or take 0.2 nats (never above 0), one row in 8 20 to 40 nats lower (stale data)",
     "related": "the input related_to plus a normal perturbation (std perturbation), rounded once",
 }
 

@@ -479,7 +479,8 @@ def test_the_rows_named_for_their_selected_entry_are_the_rows_the_draw_sets(cata
         ]
     )
     named = selected_hazard_rows(dist, rows) & ok  # an ignored target sets nothing
-    assert int(named.sum()) >= 6 and bool(set_by_draw[named].all())
+    assert int(named.sum()) >= 6, named
+    assert bool(set_by_draw[named].all()), (named, set_by_draw)
     left_out = (
         ok
         & ~named
@@ -487,6 +488,12 @@ def test_the_rows_named_for_their_selected_entry_are_the_rows_the_draw_sets(cata
     )
     assert int(left_out.sum()) >= 6  # mostly as drawn (an lm target may be confident anyway)
     assert int((~set_by_draw[left_out]).sum()) > int(left_out.sum()) // 2
+
+
+def test_no_row_is_named_for_its_selected_entry_where_no_distribution_sets_one():
+    from kernelcheck.cases.inputs import selected_hazard_rows
+
+    assert not selected_hazard_rows("normal+heavy+masked", 12).any()
 
 
 @pytest.mark.parametrize("vocab", [2, 3, 4, 5])
@@ -538,7 +545,6 @@ def test_old_logps_follow_the_policy_with_stale_rows_where_the_gradient_holds_th
         assert bool((lp[stale] <= -STALE_FROM).all()), dist
         follows = (lp >= -STALE_TO) & ~stale
         assert float(log_ratio[follows].abs().max()) < 5 * OLD_LOGP_STEP, dist
-        assert bool((x["old_logps"][~follows] <= 0).all()), dist
     ratio, _ = ratio_kl.gold(*(t.double() if t.is_floating_point() else t for t in x.values()))
     assert torch.isfinite(ratio).all()
 
