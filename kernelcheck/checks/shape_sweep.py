@@ -7,17 +7,21 @@ column index, a row offset that stops advancing after 65,535 launches. The grid'
 shapes rarely land there, so this check goes there on purpose, with a few rows each:
 
 - every inner dim (each dim that is not a lead dim: logp's vocab, rms_norm's hidden) at
-  every residue twice: at ``SWEEP_BASE + r`` (r = 0..127, every residue mod 128: a vector
-  body runs several times before the tail, in one tile) and at ``TILED_BASE + r`` (r =
-  0..63, every residue mod 64; 24,576 = 3 x 8,192: rows of several tiles of any
+  every residue twice: at ``SWEEP_BASE + r`` (r = 0..127, every residue mod 128: a
+  vector body runs several times before the tail, in one tile) and at ``TILED_BASE + r``
+  (r = 0..63, every residue mod 64; 24,576 = 3 x 8,192: rows of several tiles of any
   power-of-two size up to 8,192, whose last tile holds exactly r elements; a kernel's
-  tiled path has a tail of its own), at 1..16 (the body never runs), next to each power of
-  two up to 2^17 (2^k - 1, 2^k, 2^k + 1: one tile and one index width short, exact, one
-  over), at 3, 5, 7 and 9 x 2^k from 96 to 2^17 (multiples of a fine alignment but of no
-  larger power-of-two tile: a tile count floored, ``n // 2048`` at a hidden of 2,560,
-  3,072, 3,584, 5,120 or 7,168, drops the last partial tile of a path meant for aligned
-  widths) and, for a vocabulary, at real models' vocabularies up to Gemma 3's 262,208 (a
-  table of 64 tiles of 4,096 ends at 2^18); the other inner dims at the op's defaults;
+  tiled path has a tail of its own) and at ``TILED_BASE + 64 m`` (m = 1..64: the last
+  partial tile of each power-of-two size up to 4,096 holds every count of sub-tiles of
+  64 and more, which a ring of sub-tile buffers drains), at 1..16 (the body never runs),
+  next to each power of two up to 2^17 (2^k - 1, 2^k, 2^k + 1: one tile and one index
+  width short, exact, one over), at 3, 5, 7 and 9 x 2^k from 96 to 2^17 (multiples of a
+  fine alignment but of no larger power-of-two tile: a tile count floored, ``n // 2048``
+  at a hidden of 2,560, 3,072, 3,584, 5,120 or 7,168, drops the last partial tile of a
+  path meant for aligned widths) and, for a vocabulary, at real models' vocabularies up
+  to Gemma 3's 262,208 (a table of 64 tiles of 4,096 ends at 2^18), for another dim at
+  real models' hidden and MLP widths whose odd factor is past 9 (Gemma 3 12B's 3,840,
+  Llama 2's 11,008: ``MODEL_WIDTHS``); the other inner dims at the op's defaults;
 - wide batches: each inner dim at 2^k + 1 for k in ``WIDE_POWERS`` and at its widest
   swept size, with ``WIDE_ELEMENTS`` (2^26) elements' worth of rows, between 64 and
   4,096 (Gemma's vocabulary: 255 rows; each dim's widest again with
@@ -30,7 +34,8 @@ shapes rarely land there, so this check goes there on purpose, with a few rows e
   shapes reach;
 - hot shapes: each residue shape past ``SWEEP_BASE`` (every residue mod ``HOT_RESIDUES``,
   128) is called 32, 64, 128 or 256 more times (:func:`hot_calls`), and 8,191
-  (``LONG_HOT_SIZE``) and 8,320 (``ALIGNED_HOT_SIZE``) 2,048 more, on the same inputs,
+  (``LONG_HOT_SIZE``) and 8,320 (``ALIGNED_HOT_SIZE``), and 32,767 and 32,896 past a
+  long-row path's 16,384 (``LONG_ROW_HOT_SIZES``) 2,048 more, on the same inputs,
   then the backward (with grad) ``HOT_BACKWARD_CALLS`` (32) more times (8,191: 2,048);
   each call whose bits differ from
   the first's is judged like it (``checks/repeated_calls.py``): a kernel cache that
@@ -142,13 +147,32 @@ ODD_FACTORS = (3, 5, 7, 9)  # times 2^k (>= 2^5, <= 2^MAX_POWER): widths of no p
 # model is that wide.
 VOCAB_DIM = "vocab"
 MODEL_VOCABS = (32_000, 50_257, 100_352, 128_256, 152_064, 256_000, 262_144, 262_208)
-# past the tiled base and past WIDE_TILED_BASE (3 x 2^15 = 98,304: past 2^16, where a
-# kernel may take a wide-row path), base + 2^j for each j from 6 until 2^j is an eighth
-# of the base: a width whose largest power-of-two divisor is exactly 2^j (the residues
-# give 1 to 32), so a tile count floored past one tile of any size leaves a last
-# partial tile of each size; real widths are such (Llama 2's 11,008 = 43 x 256, Qwen2.5's
-# vocabulary 152,064 = 297 x 512), where 2^k and 3, 5, 7, 9 x 2^k are multiples of 1,024
+# any other dim also at real models' hidden and MLP widths whose odd factor is past 9,
+# which no 2^k, 3, 5, 7, 9 x 2^k or residue of the sweep's is: Qwen2.5's 896 and 4,864
+# (0.5B), 8,960 (1.5B), 18,944 (7B) and 29,568 (72B); Gemma 3's 3,840 and 15,360 (12B),
+# 5,376 and 21,504 (27B); Llama 2's 11,008 (7B) and 13,824 (13B); Qwen3's 9,728 (4B),
+# 17,408 (14B) and 25,600 (32B). A round-37 red team's rms_norm and swiglu backward,
+# wrong where a last 2,048-element chunk holds an odd count of 256-element sub-tiles,
+# were wrong at 3,840, 5,376, 4,864, 8,960 and 11,008 and passed the default run
+MODEL_WIDTHS = (896, 3_840, 4_864, 5_376, 8_960, 9_728, 11_008, 13_824)
+MODEL_WIDTHS += (15_360, 17_408, 18_944, 21_504, 25_600, 29_568)
+# past WIDE_TILED_BASE (3 x 2^15 = 98,304: past 2^16, where a kernel may take a wide-row
+# path), base + 2^j for each j from 6 until 2^j is an eighth of the base: a width whose
+# largest power-of-two divisor is exactly 2^j (the residues give 1 to 32), so a tile
+# count floored past one tile of any size leaves a last partial tile of each size; real
+# widths are such (Llama 2's 11,008 = 43 x 256, Qwen2.5's vocabulary 152,064 = 297 x
+# 512), where 2^k and 3, 5, 7, 9 x 2^k are multiples of 1,024
 WIDE_TILED_BASE = 3 << 15
+# past the tiled base, every multiple of SUB_TILE up to SUB_TILE_SPAN (the base + 2^j
+# among them): the last partial tile of each power-of-two size from 128 to 4,096 holds
+# every count of power-of-two sub-tiles from 64 up. A kernel that streams a tile's
+# sub-tiles through a ring of buffers and drains what is left after its loop goes wrong
+# at some counts only: a round-37 red team's rms_norm, two buffers of 256 in chunks of
+# 2,048, added sub-tile n - 2 twice where the last chunk held an odd n >= 3 (Gemma 3
+# 12B's hidden of 3,840 holds seven), and every width the sweep had left one or an even
+# count there
+SUB_TILE = 64
+SUB_TILE_SPAN = 4096
 LONG_ROWS = 65_537
 # the far-rows lead's rows in the narrowest dtype's case: past 65,535 blocks of two rows (a
 # block of 8,192 elements holds two rows of 2,560), at twice the cost, once per candidate
@@ -202,6 +226,11 @@ LONG_HOT_SIZE = (1 << 13) - 1
 # team's hot path for 128-aligned vocabularies floors its 4,096-column tiles, which
 # 8,191 never takes)
 ALIGNED_HOT_SIZE = (1 << 13) + (1 << 7)
+# and both again past 2^14 (32,767 and 32,896), where a kernel takes its long-row path (a
+# round-37 red team's entropy floored its 4,096-column tiles in a shape's calls past the
+# 128th from 16,384 columns on: no shape that wide was called more than 64 times)
+LONG_ROW_HOT_SIZES = ((1 << 15) - 1, (1 << 15) + (1 << 7))
+LONG_HOT_SIZES = (LONG_HOT_SIZE, ALIGNED_HOT_SIZE, *LONG_ROW_HOT_SIZES)
 LONG_HOT_CALLS = 2048
 # a hot shape's repeated backward calls, at most (LONG_HOT_SIZE's all of LONG_HOT_CALLS):
 # a backward autotuner tries its configurations in a shape's first calls, and a backward
@@ -282,16 +311,18 @@ def tiled_base(largest: int | None = None) -> int:
 
 def sweep_sizes(dim: str = "", largest: int | None = None, residues: bool = True) -> list[int]:
     """The reduced-dim sizes, ascending: 1..16, every residue mod 128 past SWEEP_BASE, mod 64
-    past the tiled base, each 2^j from 64 past it and past WIDE_TILED_BASE, ALIGNED_HOT_SIZE
+    past the tiled base, each multiple of SUB_TILE up to SUB_TILE_SPAN past it, each 2^j
+    from 64 past WIDE_TILED_BASE, LONG_HOT_SIZES
     (unless not ``residues``), 2^k - 1, 2^k, 2^k + 1 for k =
-    1..MAX_POWER, ODD_FACTORS x 2^k; MODEL_VOCABS too for ``dim`` VOCAB_DIM; none past
+    1..MAX_POWER, ODD_FACTORS x 2^k; MODEL_VOCABS for ``dim`` VOCAB_DIM, else
+    MODEL_WIDTHS; none past
     ``largest`` (a spec's ``sweep_max``)."""
-    sizes = set(range(1, SMALL_SIZES + 1)) | (set(MODEL_VOCABS) if dim == VOCAB_DIM else set())
+    sizes = set(range(1, SMALL_SIZES + 1)) | set(MODEL_VOCABS if dim == VOCAB_DIM else MODEL_WIDTHS)
     if residues:
-        sizes |= {SWEEP_BASE + r for r in range(HOT_RESIDUES)} | {ALIGNED_HOT_SIZE}
+        sizes |= {SWEEP_BASE + r for r in range(HOT_RESIDUES)} | set(LONG_HOT_SIZES)
         sizes |= {tiled_base(largest) + r for r in range(RESIDUES)}
-        for base in (tiled_base(largest), WIDE_TILED_BASE):
-            sizes |= {base + (1 << j) for j in range(6, base.bit_length() - 2)}
+        sizes |= {tiled_base(largest) + s for s in range(SUB_TILE, SUB_TILE_SPAN + 1, SUB_TILE)}
+        sizes |= {WIDE_TILED_BASE + (1 << j) for j in range(6, WIDE_TILED_BASE.bit_length() - 2)}
     for k in range(1, MAX_POWER + 1):
         sizes |= {2**k - 1, 2**k, 2**k + 1}
     sizes |= {m << k for m in ODD_FACTORS for k in range(5, MAX_POWER) if m << k <= 2**MAX_POWER}
@@ -498,12 +529,12 @@ def hot_calls(label: str) -> int:
     judging each call whose bits differ from the first's, 0 for none: each residue mod
     HOT_RESIDUES past SWEEP_BASE, small rows whose extra calls cost little, one of
     HOT_CALLS by the residue's count of set bits, so every class of residues mod 16 (and
-    the upper half mod 128) meets each; LONG_HOT_SIZE and ALIGNED_HOT_SIZE,
+    the upper half mod 128) meets each; LONG_HOT_SIZES,
     LONG_HOT_CALLS."""
     dim, sep, size = label.partition("=")
     if not sep or " " in dim:
         return 0
-    if int(size) in (LONG_HOT_SIZE, ALIGNED_HOT_SIZE):
+    if int(size) in LONG_HOT_SIZES:
         return LONG_HOT_CALLS
     residue = int(size) - SWEEP_BASE
     if not 0 <= residue < HOT_RESIDUES:
@@ -535,10 +566,11 @@ class ShapeSweep(Check):
     summary = (
         "forward and backward within the contract tolerance, and as precise as the fp32 "
         "reference (edges rows), at tail sizes: every residue mod 128 in one tile and mod "
-        "64 past several, each largest power-of-two divisor past 24,576 and 98,304, "
+        "64 past several, every multiple of 64 to 4,096 past 24,576, each largest "
+        "power-of-two divisor past 98,304, "
         "2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
         "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560); "
-        "rows past 2^31 elements and 2^21 rows of 128 at the narrowest dtype; 129 shapes a "
+        "rows past 2^31 elements and 2^21 rows of 128 at the narrowest dtype; 131 shapes a "
         "swept dim called 33 to 2,049 times, each call whose bits change judged"
     )
 

@@ -18,6 +18,7 @@ from kernelcheck.checks.shape_sweep import (
     HOT_CALLS,
     LONG_HOT_CALLS,
     LONG_HOT_SIZE,
+    LONG_ROW_HOT_SIZES,
     LONG_ROWS,
     TILED_BASE,
     WIDE_ELEMENTS,
@@ -51,9 +52,26 @@ def test_the_sizes_cover_every_residue_and_every_power_of_two_edge():
     for k in range(1, 18):
         assert {2**k - 1, 2**k, 2**k + 1} <= set(sizes)
     assert not {32000, 262208} & set(sizes)  # real vocabularies: a vocab dim's alone
+    assert {3840, 11008, 29568} <= set(sizes)  # real hidden and MLP widths: the others'
+    assert not {3840, 11008} & set(sweep_sizes("vocab"))
     assert {32000, 128256, 262144, 262208} <= set(sweep_sizes("vocab"))
     assert 65537 in sizes  # just past 16-bit indices
     assert set(range(1, 17)) <= set(sizes)
+
+
+@pytest.mark.parametrize("largest", [None, 16385])
+def test_a_last_partial_tile_holds_every_count_of_sub_tiles(largest):
+    """In rows of two tiles and more, the last partial tile of each power-of-two size from
+    128 to 4,096 holds every count of power-of-two sub-tiles from 64 up: a kernel that
+    streams a tile's sub-tiles through a ring of buffers and drains what is left after
+    its loop errs at some counts only (odd ones of three and more, for two buffers:
+    ``broken_rms_norm:odd_sub_tiles_drained_twice``); also below a ``sweep_max``
+    (linear_logp's hidden)."""
+    sizes = sweep_sizes(largest=largest)
+    for tile in (1 << k for k in range(7, 13)):
+        for sub in (1 << k for k in range(6, tile.bit_length() - 1)):
+            counts = {-(-(s % tile) // sub) for s in sizes if s > 2 * tile and s % tile}
+            assert set(range(1, tile // sub + 1)) <= counts, (tile, sub)
 
 
 def test_a_sweep_max_caps_a_dim_and_keeps_its_tiled_residues_below_it(catalog):
@@ -308,6 +326,7 @@ def _calls_of(name: str) -> dict:
     [
         ("hot_shape_tiles_floored_after_1000", LONG_HOT_SIZE),
         ("aligned_hot_shape_tiles_floored_after_1000", ALIGNED_HOT_SIZE),
+        ("long_row_hot_shape_tiles_floored_after_128", LONG_ROW_HOT_SIZES[0]),
     ],
 )
 def test_a_path_for_shapes_called_over_1000_times_fails_past_its_1000th_call(
@@ -315,13 +334,15 @@ def test_a_path_for_shapes_called_over_1000_times_fails_past_its_1000th_call(
 ):
     """Round 18's logp: a path for a shape's calls past the 1,000th, its 4,096-column tiles
     counted with a floor, passed every check (the hot shapes had 257 calls at most); round
-    24's took it at 128-aligned vocabularies only, which 8,191 is not."""
+    24's took it at 128-aligned vocabularies only, which 8,191 is not; round 37's past the
+    128th call of rows past 16,384 columns only."""
     cat = with_candidate(catalog, "bug", f"scale_bugs:{bug}")
     calls = _calls_of(bug)
     res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
     assert res.status == "fail", res.message
-    # its 1,001st call of the shape: the backward's judge made one with grad
-    at = f"at vocab={long_hot}, forward call 1000 of {LONG_HOT_CALLS + 1} "
+    # its 1,001st (129th) call of the shape: the backward's judge made one with grad
+    nth = 128 if "after_128" in bug else 1000
+    at = f"at vocab={long_hot}, forward call {nth} of {LONG_HOT_CALLS + 1} "
     assert at in res.message, res.message
     calls.clear()  # the same shape's first call, as an ordinary case: exact
     first = run_one(cat, "logp", "bug", "forward_accuracy", "fp32", res.metrics["failing_shape"])
@@ -350,7 +371,8 @@ def test_a_backward_autotuners_broken_trial_configuration_fails_on_its_one_call(
 
 def test_each_hot_call_count_meets_every_residue_class_mod_16_and_the_upper_half_mod_128():
     hot = {size: hot_calls(f"vocab={size}") for size in sweep_sizes("vocab")}
-    assert {s for s, n in hot.items() if n} == {*range(256, 384), LONG_HOT_SIZE, ALIGNED_HOT_SIZE}
+    long = {LONG_HOT_SIZE, ALIGNED_HOT_SIZE, *LONG_ROW_HOT_SIZES}
+    assert {s for s, n in hot.items() if n} == {*range(256, 384), *long}
     for calls in HOT_CALLS:
         sizes = [s for s, n in hot.items() if n == calls]
         assert sizes and max(sizes) < 384, calls
@@ -409,11 +431,14 @@ def test_tiles_of_1024_with_a_remainder_loop_for_256_fail_at_a_width_of_whole_25
     """swiglu from 8,192 columns on: whole 1,024-column tiles, then a remainder loop for
     fewer than 256 columns, leaving the last width % 1,024 unwritten at Llama 2's 11,008
     (a round-18 red team's): every width the sweep had past 8,192 was a multiple of 1,024
-    or of no 256; 24,576 + 256 is neither."""
+    or of no 256; 24,576 + 256 is neither, nor is Qwen2.5-1.5B's 8,960, where it fails
+    first now."""
     cat = with_op_candidate(catalog, "swiglu", "bug", "broken_swiglu:tiles_of_1024_past_8192")
     shape = dict(cat.ops["swiglu"].grid.shapes[0])
     res = run_one(cat, "swiglu", "bug", "shape_sweep", "fp32", shape, seeds=[0])
-    assert res.status == "fail" and res.message.startswith("at inter=24832"), res.message
+    assert res.status == "fail" and res.message.startswith("at inter=8960"), res.message
+    sizes = sweep_sizes()
+    assert 24832 in sizes  # and without the real widths, 24,576 + 256 on the way
 
 
 @pytest.mark.slow  # two whole sweeps
