@@ -100,7 +100,8 @@ sweep does not depend on the case's own shape: it runs once per (candidate, dtyp
 attributes), in the grid's first shape's case.
 
 An attribute sweep (a value off the grid's: a temperature, an eps) runs it too, without
-the residues mod 64, the wide batches and the long leads (but the narrowest dtype's
+the residues, the multiples of 64 past the tiled base, the hot shapes, the wide batches
+and the long leads (with the real vocabularies and widths) (but the narrowest dtype's
 2^28-element batch at each dim's widest size): a kernel's wide or tiled path that forgets
 the attribute (an eps hard-coded past hidden 4,096, a temperature dropped on the long-row
 path) shows at the size edges, where those paths begin. At the grid's
@@ -148,20 +149,20 @@ ODD_FACTORS = (3, 5, 7, 9)  # times 2^k (>= 2^5, <= 2^MAX_POWER): widths of no p
 VOCAB_DIM = "vocab"
 MODEL_VOCABS = (32_000, 50_257, 100_352, 128_256, 152_064, 256_000, 262_144, 262_208)
 # any other dim also at real models' hidden and MLP widths whose odd factor is past 9,
-# which no 2^k, 3, 5, 7, 9 x 2^k or residue of the sweep's is: Qwen2.5's 896 and 4,864
-# (0.5B), 8,960 (1.5B), 18,944 (7B) and 29,568 (72B); Gemma 3's 3,840 and 15,360 (12B),
-# 5,376 and 21,504 (27B); Llama 2's 11,008 (7B) and 13,824 (13B); Qwen3's 9,728 (4B),
-# 17,408 (14B) and 25,600 (32B). A round-37 red team's rms_norm and swiglu backward,
-# wrong where a last 2,048-element chunk holds an odd count of 256-element sub-tiles,
-# were wrong at 3,840, 5,376, 4,864, 8,960 and 11,008 and passed the default run
-MODEL_WIDTHS = (896, 3_840, 4_864, 5_376, 8_960, 9_728, 11_008, 13_824)
+# which the sweep's 2^k and 3, 5, 7, 9 x 2^k miss: Qwen2.5's 4,864 (0.5B), 8,960
+# (1.5B), 18,944 (7B) and 29,568 (72B); Gemma 3's 3,840 and 15,360 (12B), 5,376 and
+# 21,504 (27B); Llama 2's 11,008 (7B) and 13,824 (13B); Qwen3's 9,728 (4B), 17,408 (14B)
+# and 25,600 (32B; also a multiple of 64 past the tiled base). A round-37 red team's
+# rms_norm and swiglu backward, wrong where a last 2,048-element chunk holds an odd count
+# of 256-element sub-tiles, were wrong at 3,840, 5,376, 4,864, 8,960 and 11,008 and
+# passed the default run. In an attribute sweep's edges too
+MODEL_WIDTHS = (3_840, 4_864, 5_376, 8_960, 9_728, 11_008, 13_824)
 MODEL_WIDTHS += (15_360, 17_408, 18_944, 21_504, 25_600, 29_568)
 # past WIDE_TILED_BASE (3 x 2^15 = 98,304: past 2^16, where a kernel may take a wide-row
-# path), base + 2^j for each j from 6 until 2^j is an eighth of the base: a width whose
-# largest power-of-two divisor is exactly 2^j (the residues give 1 to 32), so a tile
-# count floored past one tile of any size leaves a last partial tile of each size; real
-# widths are such (Llama 2's 11,008 = 43 x 256, Qwen2.5's vocabulary 152,064 = 297 x
-# 512), where 2^k and 3, 5, 7, 9 x 2^k are multiples of 1,024
+# path), base + 2^j for j = 6..14: a width whose largest power-of-two divisor is exactly
+# 2^j, so a tile count floored past one tile of any size leaves a last partial tile of
+# each size; real widths are such (Qwen2.5's vocabulary 152,064 = 297 x 512), where 2^k
+# and 3, 5, 7, 9 x 2^k are multiples of 1,024
 WIDE_TILED_BASE = 3 << 15
 # past the tiled base, every multiple of SUB_TILE up to SUB_TILE_SPAN (the base + 2^j
 # among them): the last partial tile of each power-of-two size from 128 to 4,096 holds
@@ -228,9 +229,10 @@ LONG_HOT_SIZE = (1 << 13) - 1
 ALIGNED_HOT_SIZE = (1 << 13) + (1 << 7)
 # and both again past 2^14 (32,767 and 32,896), where a kernel takes its long-row path (a
 # round-37 red team's entropy floored its 4,096-column tiles in a shape's calls past the
-# 128th from 16,384 columns on: no shape that wide was called more than 64 times)
+# 128th from 16,384 columns on: in its default run no shape that wide was called more
+# than 64 times in one process)
 LONG_ROW_HOT_SIZES = ((1 << 15) - 1, (1 << 15) + (1 << 7))
-LONG_HOT_SIZES = (LONG_HOT_SIZE, ALIGNED_HOT_SIZE, *LONG_ROW_HOT_SIZES)
+MOST_CALLED_SIZES = (LONG_HOT_SIZE, ALIGNED_HOT_SIZE, *LONG_ROW_HOT_SIZES)
 LONG_HOT_CALLS = 2048
 # a hot shape's repeated backward calls, at most (LONG_HOT_SIZE's all of LONG_HOT_CALLS):
 # a backward autotuner tries its configurations in a shape's first calls, and a backward
@@ -310,18 +312,17 @@ def tiled_base(largest: int | None = None) -> int:
 
 
 def sweep_sizes(dim: str = "", largest: int | None = None, residues: bool = True) -> list[int]:
-    """The reduced-dim sizes, ascending: 1..16, every residue mod 128 past SWEEP_BASE, mod 64
-    past the tiled base, each multiple of SUB_TILE up to SUB_TILE_SPAN past it, each 2^j
-    from 64 past WIDE_TILED_BASE, LONG_HOT_SIZES
-    (unless not ``residues``), 2^k - 1, 2^k, 2^k + 1 for k =
-    1..MAX_POWER, ODD_FACTORS x 2^k; MODEL_VOCABS for ``dim`` VOCAB_DIM, else
-    MODEL_WIDTHS; none past
-    ``largest`` (a spec's ``sweep_max``)."""
+    """The reduced-dim sizes, ascending: 1..16; every residue mod 128 past SWEEP_BASE, mod
+    64 past the tiled base, each multiple of SUB_TILE up to SUB_TILE_SPAN past it, each
+    2^j from 64 past WIDE_TILED_BASE and MOST_CALLED_SIZES (unless not ``residues``);
+    2^k - 1, 2^k, 2^k + 1 for k = 1..MAX_POWER; ODD_FACTORS x 2^k; MODEL_VOCABS for
+    ``dim`` VOCAB_DIM, else MODEL_WIDTHS; none past ``largest`` (a spec's ``sweep_max``)."""
     sizes = set(range(1, SMALL_SIZES + 1)) | set(MODEL_VOCABS if dim == VOCAB_DIM else MODEL_WIDTHS)
     if residues:
-        sizes |= {SWEEP_BASE + r for r in range(HOT_RESIDUES)} | set(LONG_HOT_SIZES)
-        sizes |= {tiled_base(largest) + r for r in range(RESIDUES)}
-        sizes |= {tiled_base(largest) + s for s in range(SUB_TILE, SUB_TILE_SPAN + 1, SUB_TILE)}
+        sizes |= {SWEEP_BASE + r for r in range(HOT_RESIDUES)} | set(MOST_CALLED_SIZES)
+        base = tiled_base(largest)
+        sizes |= {base + r for r in range(RESIDUES)}
+        sizes |= {base + s for s in range(SUB_TILE, SUB_TILE_SPAN + 1, SUB_TILE)}
         sizes |= {WIDE_TILED_BASE + (1 << j) for j in range(6, WIDE_TILED_BASE.bit_length() - 2)}
     for k in range(1, MAX_POWER + 1):
         sizes |= {2**k - 1, 2**k, 2**k + 1}
@@ -529,12 +530,12 @@ def hot_calls(label: str) -> int:
     judging each call whose bits differ from the first's, 0 for none: each residue mod
     HOT_RESIDUES past SWEEP_BASE, small rows whose extra calls cost little, one of
     HOT_CALLS by the residue's count of set bits, so every class of residues mod 16 (and
-    the upper half mod 128) meets each; LONG_HOT_SIZES,
+    the upper half mod 128) meets each; MOST_CALLED_SIZES,
     LONG_HOT_CALLS."""
     dim, sep, size = label.partition("=")
     if not sep or " " in dim:
         return 0
-    if int(size) in LONG_HOT_SIZES:
+    if int(size) in MOST_CALLED_SIZES:
         return LONG_HOT_CALLS
     residue = int(size) - SWEEP_BASE
     if not 0 <= residue < HOT_RESIDUES:
@@ -569,9 +570,10 @@ class ShapeSweep(Check):
         "64 past several, every multiple of 64 to 4,096 past 24,576, each largest "
         "power-of-two divisor past 98,304, "
         "2^k-1/2^k/2^k+1 and 3/5/7/9 x 2^k up to 2^17, "
-        "real models' vocabularies up to 262,208, and 65,537 rows (also at width 2,560); "
-        "rows past 2^31 elements and 2^21 rows of 128 at the narrowest dtype; 131 shapes a "
-        "swept dim called 33 to 2,049 times, each call whose bits change judged"
+        "real models' vocabularies up to 262,208 (other dims: hidden and MLP widths), and "
+        "65,537 rows (also at width 2,560); rows past 2^31 elements and 2^21 rows of 128 "
+        f"at the narrowest dtype; {HOT_RESIDUES + len(MOST_CALLED_SIZES)} shapes a swept "
+        "dim called 33 to 2,049 times, each call whose bits change judged"
     )
 
     def __init__(self, ctx, params=None):

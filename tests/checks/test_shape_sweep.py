@@ -20,6 +20,7 @@ from kernelcheck.checks.shape_sweep import (
     LONG_HOT_SIZE,
     LONG_ROW_HOT_SIZES,
     LONG_ROWS,
+    MOST_CALLED_SIZES,
     TILED_BASE,
     WIDE_ELEMENTS,
     WIDE_ROWS,
@@ -61,7 +62,7 @@ def test_the_sizes_cover_every_residue_and_every_power_of_two_edge():
 
 @pytest.mark.parametrize("largest", [None, 16385])
 def test_a_last_partial_tile_holds_every_count_of_sub_tiles(largest):
-    """In rows of two tiles and more, the last partial tile of each power-of-two size from
+    """In rows of more than two tiles, the last partial tile of each power-of-two size from
     128 to 4,096 holds every count of power-of-two sub-tiles from 64 up: a kernel that
     streams a tile's sub-tiles through a ring of buffers and drains what is left after
     its loop errs at some counts only (odd ones of three and more, for two buffers:
@@ -322,15 +323,15 @@ def _calls_of(name: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("bug", "long_hot"),
+    ("bug", "long_hot", "past"),
     [
-        ("hot_shape_tiles_floored_after_1000", LONG_HOT_SIZE),
-        ("aligned_hot_shape_tiles_floored_after_1000", ALIGNED_HOT_SIZE),
-        ("long_row_hot_shape_tiles_floored_after_128", LONG_ROW_HOT_SIZES[0]),
+        ("hot_shape_tiles_floored_after_1000", LONG_HOT_SIZE, 1000),
+        ("aligned_hot_shape_tiles_floored_after_1000", ALIGNED_HOT_SIZE, 1000),
+        ("long_row_hot_shape_tiles_floored_after_128", LONG_ROW_HOT_SIZES[0], 128),
     ],
 )
-def test_a_path_for_shapes_called_over_1000_times_fails_past_its_1000th_call(
-    catalog, bug, long_hot
+def test_a_path_for_shapes_called_many_times_fails_on_its_first_call_there(
+    catalog, bug, long_hot, past
 ):
     """Round 18's logp: a path for a shape's calls past the 1,000th, its 4,096-column tiles
     counted with a floor, passed every check (the hot shapes had 257 calls at most); round
@@ -340,9 +341,8 @@ def test_a_path_for_shapes_called_over_1000_times_fails_past_its_1000th_call(
     calls = _calls_of(bug)
     res = run_small(cat, "bug", ["shape_sweep"], seeds=[0])["shape_sweep"]
     assert res.status == "fail", res.message
-    # its 1,001st (129th) call of the shape: the backward's judge made one with grad
-    nth = 128 if "after_128" in bug else 1000
-    at = f"at vocab={long_hot}, forward call {nth} of {LONG_HOT_CALLS + 1} "
+    # its call past ``past`` of the shape: the backward's judge made one with grad
+    at = f"at vocab={long_hot}, forward call {past} of {LONG_HOT_CALLS + 1} "
     assert at in res.message, res.message
     calls.clear()  # the same shape's first call, as an ordinary case: exact
     first = run_one(cat, "logp", "bug", "forward_accuracy", "fp32", res.metrics["failing_shape"])
@@ -371,8 +371,8 @@ def test_a_backward_autotuners_broken_trial_configuration_fails_on_its_one_call(
 
 def test_each_hot_call_count_meets_every_residue_class_mod_16_and_the_upper_half_mod_128():
     hot = {size: hot_calls(f"vocab={size}") for size in sweep_sizes("vocab")}
-    long = {LONG_HOT_SIZE, ALIGNED_HOT_SIZE, *LONG_ROW_HOT_SIZES}
-    assert {s for s, n in hot.items() if n} == {*range(256, 384), *long}
+    assert {LONG_HOT_SIZE, ALIGNED_HOT_SIZE, *LONG_ROW_HOT_SIZES} == set(MOST_CALLED_SIZES)
+    assert {s for s, n in hot.items() if n} == {*range(256, 384), *MOST_CALLED_SIZES}
     for calls in HOT_CALLS:
         sizes = [s for s, n in hot.items() if n == calls]
         assert sizes and max(sizes) < 384, calls
@@ -437,8 +437,8 @@ def test_tiles_of_1024_with_a_remainder_loop_for_256_fail_at_a_width_of_whole_25
     shape = dict(cat.ops["swiglu"].grid.shapes[0])
     res = run_one(cat, "swiglu", "bug", "shape_sweep", "fp32", shape, seeds=[0])
     assert res.status == "fail" and res.message.startswith("at inter=8960"), res.message
-    sizes = sweep_sizes()
-    assert 24832 in sizes  # and without the real widths, 24,576 + 256 on the way
+    inter = cat.ops["swiglu"].dims["inter"]
+    assert 24832 in sweep_sizes("inter", inter.sweep_max)  # 24,576 + 256 on the way too
 
 
 @pytest.mark.slow  # two whole sweeps
